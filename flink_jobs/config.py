@@ -1,0 +1,93 @@
+"""Job configuration: every setting has a name, a default chosen by measurement, and a
+check that names the setting, the value and what is allowed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+__all__ = ["Topics", "JobConfig"]
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Kafka topic names (papers/002 §3.4)."""
+
+    training: str = "training"
+    forecasting: str = "forecasting"
+    requests: str = "requests"
+    ps_messages: str = "psMessages"
+    predictions: str = "predictions"
+    responses: str = "responses"
+    dead_letters: str = "deadLetters"
+
+    def all(self) -> list[str]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Settings of one omldm job.
+
+    Attributes
+    ----------
+    bootstrap_servers : str
+        Kafka ``host:port[,host:port]``.
+    spokes : int
+        Parallelism of the spoke operator (local learners), >= 1.
+    hubs : int
+        Parallelism of the hub operator (parameter-server shards), >= 1. A pipeline's
+        ``hubParallelism`` may not exceed it.
+    execution_mode : str
+        PyFlink's ``python.execution-mode``: ``"thread"`` (Python inside the JVM) or
+        ``"process"`` (separate Python workers).
+    buffer_timeout_ms : int
+        ``execution.buffer-timeout.interval`` (milliseconds): how long network buffers
+        wait to fill; small values keep the feedback loop's latency low.
+    fetch_max_wait_ms : int
+        Kafka consumer ``fetch.max.wait.ms`` (milliseconds) of every source; the local
+        broker answers a fetch only after this wait.
+    bundle_size : int
+        ``python.fn-execution.bundle.size`` (records), process mode.
+    bundle_time_ms : int
+        ``python.fn-execution.bundle.time`` (milliseconds), process mode.
+    startup_mode : str
+        Where sources start: ``"earliest-offset"`` or ``"latest-offset"`` (the Flink SQL
+        Kafka connector's ``scan.startup.mode``; also used for the DataStream sources).
+    group_id : str
+        Kafka consumer group id of the job's sources.
+    max_request_bytes : int
+        Larger control requests are refused with code ``too_large``.
+    checkpoint_interval_ms : int
+        0 disables checkpointing (the default for the local demo).
+    jars : tuple[str, ...]
+        ``file://`` URLs of the Kafka connector jars.
+    """
+
+    bootstrap_servers: str
+    spokes: int = 2
+    hubs: int = 1
+    execution_mode: str = "thread"
+    buffer_timeout_ms: int = 1
+    fetch_max_wait_ms: int = 20
+    bundle_size: int = 1000
+    bundle_time_ms: int = 10
+    startup_mode: str = "earliest-offset"
+    group_id: str = "omldm"
+    max_request_bytes: int = 1_000_000
+    checkpoint_interval_ms: int = 0
+    topics: Topics = field(default_factory=Topics)
+    jars: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("spokes", "hubs", "bundle_size", "max_request_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("buffer_timeout_ms", "fetch_max_wait_ms", "bundle_time_ms",
+                     "checkpoint_interval_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.execution_mode not in ("thread", "process"):
+            raise ValueError(f"execution_mode must be 'thread' or 'process', got {self.execution_mode!r}")
+        if self.startup_mode not in ("earliest-offset", "latest-offset"):
+            raise ValueError(f"startup_mode must be 'earliest-offset' or 'latest-offset', "
+                             f"got {self.startup_mode!r}")

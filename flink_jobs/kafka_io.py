@@ -1,0 +1,115 @@
+"""Small Kafka helpers for the driver side (demo, command line, tests): topics, a
+producer of JSON, and readers that follow a topic from its beginning.
+
+Readers use ``assign()`` + ``seek_to_beginning()`` and count the records they observe;
+they never derive counts from offsets (the local broker's offsets are not record counts,
+DESIGN.md) and never use consumer groups (the local broker serves them nothing).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+import orjson
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+__all__ = ["create_topics", "JsonProducer", "TopicReader"]
+
+
+def create_topics(bootstrap_servers: str, topics: list[str], partitions: int = 1) -> None:
+    """Create topics that do not exist yet (one partition each by default)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="omldm-admin")
+    try:
+        existing = set(admin.list_topics())
+        new = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
+        if new:
+            try:
+                admin.create_topics(new)
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+
+
+class JsonProducer:
+    """Writes JSON values (orjson) or raw bytes to topics; ``flush()`` before counting."""
+
+    def __init__(self, bootstrap_servers: str, linger_ms: int = 5) -> None:
+        self._p = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=linger_ms,
+                                batch_size=256 * 1024, acks=1)
+        self.sent: dict[str, int] = {}
+
+    def send(self, topic: str, value: Any) -> None:
+        data = value if isinstance(value, (bytes, bytearray)) else orjson.dumps(value)
+        self._p.send(topic, data)
+        self.sent[topic] = self.sent.get(topic, 0) + 1
+
+    def flush(self) -> None:
+        self._p.flush()
+
+    def close(self) -> None:
+        self._p.flush()
+        self._p.close()
+
+
+class TopicReader:
+    """Follows every partition of one topic from the beginning.
+
+    ``poll()`` returns the values that arrived since the last call (bytes, or decoded
+    JSON with ``json=True``); ``count`` is the number of records observed so far.
+    """
+
+    def __init__(self, bootstrap_servers: str, topic: str, json: bool = True) -> None:
+        self.topic = topic
+        self.json = json
+        self.count = 0
+        self._c = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
+                                fetch_max_wait_ms=50)
+        parts = None
+        deadline = time.monotonic() + 10
+        while not parts and time.monotonic() < deadline:
+            parts = self._c.partitions_for_topic(topic)
+            if not parts:
+                time.sleep(0.1)
+        if not parts:
+            raise RuntimeError(f"topic {topic!r} not found")
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        self._c.assign(tps)
+        self._c.seek_to_beginning(*tps)
+
+    def poll(self, timeout_ms: int = 200) -> list[Any]:
+        out = []
+        for recs in self._c.poll(timeout_ms=timeout_ms, max_records=100_000).values():
+            for r in recs:
+                out.append(orjson.loads(r.value) if self.json else r.value)
+        self.count += len(out)
+        return out
+
+    def wait_for(self, predicate: Callable[[Any], bool], timeout: float) -> Any:
+        """The first value (from now on) satisfying ``predicate``.
+
+        Raises
+        ------
+        TimeoutError
+            When none arrives within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for v in self.poll():
+                if predicate(v):
+                    return v
+        raise TimeoutError(f"nothing matching on {self.topic!r} within {timeout} s")
+
+    def drain(self, idle_ms: int = 300) -> Iterator[Any]:
+        """Everything until a poll comes back empty."""
+        while True:
+            batch = self.poll(idle_ms)
+            if not batch:
+                return
+            yield from batch
+
+    def close(self) -> None:
+        self._c.close()

@@ -1,0 +1,213 @@
+"""A running omldm job and the Kafka topics around it, driven from Python: the quick
+start's demo and the end-to-end tests use it; so can a notebook.
+
+>>> with Session(JobConfig(bootstrap_servers=...)) as s:        # doctest: +SKIP
+...     s.request({"id": 0, "request": "Create", ...})
+...     s.stream(X, y)
+...     s.wait_until_counted(n_train, n_forecast)
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+import uuid
+from typing import Any, Callable
+
+import numpy as np
+
+from deploy.assets import connector_jars
+from deploy.broker import LocalBroker
+from flink_jobs.config import JobConfig, Topics
+from flink_jobs.kafka_io import JsonProducer, TopicReader, create_topics
+
+__all__ = ["Session", "local_config"]
+
+log = logging.getLogger(__name__)
+
+
+def local_config(bootstrap_servers: str, *, topic_prefix: str = "", **kw) -> JobConfig:
+    """A JobConfig with the checked connector jars and optionally prefixed topic names."""
+    topics = Topics(**{f: topic_prefix + v for f, v in Topics().__dict__.items()})
+    return JobConfig(bootstrap_servers=bootstrap_servers, topics=topics,
+                     jars=tuple(p.as_uri() for p in connector_jars()), **kw)
+
+
+class Session:
+    """Starts the job (``execute_async`` on a local MiniCluster), owns a producer and
+    readers of ``responses``, ``predictions`` and ``deadLetters``; a context manager that
+    cancels the job on exit.
+
+    Parameters
+    ----------
+    cfg : JobConfig
+    job_name : str
+    """
+
+    def __init__(self, cfg: JobConfig, job_name: str = "omldm") -> None:
+        self.cfg = cfg
+        self.job_name = job_name
+        self.client = None
+        self._ids = itertools.count()
+
+    def start(self) -> "Session":
+        from flink_jobs.job import build_job, create_environment
+
+        t = self.cfg.topics
+        create_topics(self.cfg.bootstrap_servers, t.all())
+        if self.cfg.execution_mode == "process":
+            os.environ["_python_worker_execution_mode"] = "process"  # real worker processes
+        else:
+            os.environ.pop("_python_worker_execution_mode", None)
+        env = create_environment(self.cfg)
+        build_job(env, self.cfg)
+        self.client = env.execute_async(self.job_name)
+        self.producer = JsonProducer(self.cfg.bootstrap_servers)
+        self.responses = TopicReader(self.cfg.bootstrap_servers, t.responses)
+        self.predictions = TopicReader(self.cfg.bootstrap_servers, t.predictions)
+        self.dead_letters = TopicReader(self.cfg.bootstrap_servers, t.dead_letters)
+        self._pending: list[dict] = []
+        return self
+
+    # -- requests ------------------------------------------------------------------------
+    def send_request(self, req: dict | bytes) -> Any:
+        """Write a request to the ``requests`` topic; returns its requestId."""
+        if isinstance(req, dict) and "requestId" not in req:
+            req = {**req, "requestId": f"r{next(self._ids)}-{uuid.uuid4().hex[:6]}"}
+        self.producer.send(self.cfg.topics.requests, req)
+        self.producer.flush()
+        return req.get("requestId") if isinstance(req, dict) else None
+
+    def response(self, request_id: Any, timeout: float = 60.0) -> dict:
+        """The response carrying ``request_id`` (others are kept for later calls).
+
+        Raises
+        ------
+        TimeoutError
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, r in enumerate(self._pending):
+                if r.get("requestId") == request_id:
+                    return self._pending.pop(i)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no response to {request_id!r} within {timeout} s")
+            self._pending.extend(self.responses.poll(100))
+
+    def request(self, req: dict | bytes, timeout: float = 60.0) -> dict:
+        """Send a request and wait for its response."""
+        return self.response(self.send_request(req), timeout)
+
+    def query(self, pipeline: int, timeout: float = 60.0) -> dict:
+        return self.request({"id": pipeline, "request": "Query"}, timeout)
+
+    # -- data ----------------------------------------------------------------------------
+    def stream(self, X: np.ndarray, y: np.ndarray, *, every: int = 5,
+               records_per_message: int = 1, between: Callable[[int], None] | None = None,
+               chunk: int = 2000) -> tuple[dict[int, Any], int, int]:
+        """Write records in order: every ``every``-th one (i % every == every-1) to
+        ``forecasting`` without its label, the rest to ``training``.
+
+        Returns
+        -------
+        (held_back, n_train, n_forecast): labels of forecasting records by record id.
+        """
+        t = self.cfg.topics
+        held: dict[int, Any] = {}
+        buf: dict[str, list] = {t.training: [], t.forecasting: []}
+        n_train = n_fore = 0
+
+        def flush(topic: str) -> None:
+            rows = buf[topic]
+            if rows:
+                self.producer.send(topic, rows if records_per_message > 1 else rows[0])
+                buf[topic] = []
+
+        labels = y.tolist()
+        feats = X.tolist()
+        for i, (x, label) in enumerate(zip(feats, labels)):
+            if every and i % every == every - 1:
+                held[i] = label
+                buf[t.forecasting].append({"id": i, "features": x})
+                n_fore += 1
+                topic = t.forecasting
+            else:
+                buf[t.training].append({"id": i, "features": x, "label": label})
+                n_train += 1
+                topic = t.training
+            if len(buf[topic]) >= records_per_message:
+                flush(topic)
+            if between is not None and i % chunk == chunk - 1:
+                between(i + 1)
+        flush(t.training)
+        flush(t.forecasting)
+        self.producer.flush()
+        return held, n_train, n_fore
+
+    def wait_until_counted(self, pipeline: int, n_train: int, n_forecast: int, *,
+                           timeout: float = 300.0, every: float = 0.5,
+                           on_query: Callable[[dict], None] | None = None) -> dict:
+        """Query until the pipeline has fitted ``n_train`` and predicted ``n_forecast``
+        records and all predictions are on the topic; returns the last Query response.
+
+        Raises
+        ------
+        TimeoutError
+            With the last counts, when that does not happen within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        last: dict = {}
+        while time.monotonic() < deadline:
+            last = self.query(pipeline, timeout=max(1.0, deadline - time.monotonic()))
+            if on_query:
+                on_query(last)
+            if (last.get("fitted") == n_train and last.get("predicted") == n_forecast
+                    and self.prediction_count(pipeline) >= n_forecast):
+                return last
+            time.sleep(every)
+        raise TimeoutError(f"pipeline {pipeline}: fitted {last.get('fitted')}/{n_train}, "
+                           f"predicted {last.get('predicted')}/{n_forecast}, on topic "
+                           f"{self.prediction_count(pipeline)}")
+
+    def prediction_count(self, pipeline: int) -> int:
+        self._collect_predictions()
+        return len(self._preds.get(pipeline, {}))
+
+    def _collect_predictions(self) -> None:
+        if not hasattr(self, "_preds"):
+            self._preds: dict[int, dict] = {}
+            self.prediction_records = 0
+        for p in self.predictions.poll(50):
+            self.prediction_records += 1
+            self._preds.setdefault(p["pipeline"], {})[p["id"]] = p["prediction"]
+
+    def predictions_of(self, pipeline: int) -> dict:
+        self._collect_predictions()
+        return dict(self._preds.get(pipeline, {}))
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        if self.client is not None:
+            try:
+                self.client.cancel().result()
+            except Exception as exc:  # already finished or failed: report, go on
+                log.warning("cancel: %s", exc)
+            self.client = None
+        for name in ("producer", "responses", "predictions", "dead_letters"):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.close()
+
+    def __enter__(self) -> "Session":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def with_local_broker(fn: Callable[[str], Any]) -> Any:
+    """Run ``fn(bootstrap_servers)`` with a fresh local broker, stopped afterwards."""
+    with LocalBroker() as b:
+        return fn(b.bootstrap_servers)

@@ -1,0 +1,266 @@
+"""The learner contract: what protocols, pipelines and spokes may ask of any learner.
+
+Protocols see only the flat parameter vector (:meth:`Learner.get_params` /
+:meth:`Learner.set_params`) plus a JSON-safe :meth:`Learner.layout` saying what the vector's
+entries mean, so that vectors from nodes which have seen different label sets can be
+aligned (:meth:`Learner.project`, :meth:`Learner.grow`). See DESIGN.md, "Contracts", and
+papers/002_9b954bd89ad87406.txt §3.3.3 (the ``Learn`` trait).
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["Learner", "label_key", "as_labels", "as_matrix"]
+
+#: JSON scalar types a label may have. ``bool`` is its own type: ``True`` is not ``1``.
+LABEL_TYPES = (bool, int, float, str)
+
+
+def label_key(label: Any) -> tuple:
+    """Canonical sort / identity key of a label: ``(type name, label)``.
+
+    ``True`` and ``1`` (or ``1`` and ``1.0``) are different labels and never share a key,
+    whereas Python's ``==`` and ``hash`` would conflate them.
+    """
+    return (type(label).__name__, label)
+
+
+def as_labels(y: Any) -> list:
+    """Labels as a list of native Python JSON scalars (numpy scalars converted).
+
+    Parameters
+    ----------
+    y : sequence or (n_records,) ndarray of bool, int, float or str
+
+    Raises
+    ------
+    ValueError
+        If a label is None, NaN or not a JSON scalar.
+    """
+    labels = y.tolist() if isinstance(y, np.ndarray) else [
+        v.item() if isinstance(v, np.generic) else v for v in y]
+    for v in labels:
+        if type(v) not in LABEL_TYPES or (type(v) is float and math.isnan(v)):
+            raise ValueError(f"labels must be bool, int, float or str, got {v!r}")
+    return labels
+
+
+def as_matrix(X: Any, n_features: int | None = None) -> np.ndarray:
+    """``X`` as a C-contiguous float64 matrix, checked against ``n_features``.
+
+    Parameters
+    ----------
+    X : (n_records, n_features) array-like of real numbers
+    n_features : int or None
+        The width expected; None accepts any width.
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is not 2-D or its width is not ``n_features``.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n_records, n_features), got shape {X.shape}")
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(f"X has {X.shape[1]} features, the model expects {n_features}")
+    return X
+
+
+class Learner(abc.ABC):
+    """An online learner that fits mini-batches and exposes a flat parameter vector.
+
+    Subclasses store their constructor arguments unchanged under their own names (which
+    makes :meth:`hyperparameters`, :meth:`clone` and :meth:`to_json` free) and implement
+    :meth:`fit`, :meth:`predict`, :meth:`get_params`, :meth:`set_params` and the two
+    state hooks ``_parameters_json`` / ``_load_parameters``. Optional abilities raise
+    :class:`NotImplementedError`.
+
+    Labels are native JSON scalars (bool, int, float, str); predictions are too, never
+    numpy scalars.
+    """
+
+    # --- required verbs -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def fit(self, X: np.ndarray, y: Sequence) -> None:
+        """Learn from a mini-batch, record by record in order.
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+        y : sequence of n_records labels (JSON scalars)
+
+        Raises
+        ------
+        ValueError
+            If the shapes disagree with each other or with the model.
+        """
+
+    @abc.abstractmethod
+    def predict(self, X: np.ndarray) -> list:
+        """Predict a label per record.
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+
+        Returns
+        -------
+        list of n_records labels; None where the model has seen no label yet.
+        """
+
+    @abc.abstractmethod
+    def get_params(self) -> np.ndarray:
+        """A copy of the model as a 1-D float64 vector laid out as :meth:`layout` says."""
+
+    @abc.abstractmethod
+    def set_params(self, w: np.ndarray) -> None:
+        """Replace the model with ``w`` (1-D float64, the layout of :meth:`get_params`).
+
+        Raises
+        ------
+        ValueError
+            If ``w`` does not have the expected size (the message names it).
+        """
+
+    # --- optional abilities -------------------------------------------------------------
+
+    def loss(self, X: np.ndarray, y: Sequence) -> float:
+        """Sum of the per-record losses over the batch (not the mean)."""
+        raise NotImplementedError(f"{type(self).__name__} has no loss")
+
+    def score(self, X: np.ndarray, y: Sequence) -> float:
+        """Accuracy in [0, 1] of :meth:`predict` on the batch; NaN for an empty batch."""
+        labels = as_labels(y)
+        if not labels:
+            return float("nan")
+        predictions = self.predict(X)
+        hits = sum(p is not None and label_key(p) == label_key(t)
+                   for p, t in zip(predictions, labels))
+        return hits / len(labels)
+
+    def test_then_train(self, X: np.ndarray, y: Sequence,
+                        X_test: np.ndarray | None = None) -> tuple[list, float]:
+        """Predict each record, then learn from it (prequential evaluation).
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+            The records as they are to be learned.
+        y : sequence of n_records labels
+        X_test : (n_records, n_features) float64 or None
+            The records as they are to be predicted (they differ from ``X`` when a
+            preprocessor's statistics move within the batch); None means ``X``.
+
+        Returns
+        -------
+        predictions : list of n_records labels
+        loss_sum : float
+            Sum of the per-record training losses.
+
+        Notes
+        -----
+        This default predicts the whole batch with the model as it was before the batch
+        and then fits it. Learners that update per record override it so that record ``i``
+        is predicted by the model after records ``< i``, as river's ``predict_one`` /
+        ``learn_one`` loop does.
+        """
+        predictions = self.predict(X if X_test is None else X_test)
+        try:
+            loss_sum = self.loss(X, y)
+        except NotImplementedError:
+            loss_sum = float("nan")
+        self.fit(X, y)
+        return predictions, loss_sum
+
+    def layout(self) -> dict:
+        """JSON-safe description of what the entries of :meth:`get_params` mean."""
+        return {"size": int(self.get_params().size)}
+
+    def grow(self, layout: dict) -> None:
+        """Extend the model so that a vector in ``layout`` projects into it losslessly."""
+        if layout != self.layout():
+            raise NotImplementedError(f"{type(self).__name__} cannot change its layout")
+
+    def project(self, w: np.ndarray, layout: dict) -> np.ndarray:
+        """Map a vector expressed in ``layout`` into this learner's current layout.
+
+        Calls :meth:`grow` first. This default accepts only the learner's own layout.
+        """
+        self.grow(layout)
+        return np.array(w, dtype=np.float64)
+
+    # --- hyperparameters, cloning, JSON -------------------------------------------------
+
+    def hyperparameters(self) -> dict:
+        """The constructor arguments by name, as stored (JSON-safe)."""
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        return {name: getattr(self, name) for name in names}
+
+    def update_hyperparameters(self, **kw: Any) -> None:
+        """Change hyperparameters at run time; nothing changes if any value is rejected.
+
+        Raises
+        ------
+        learning.errors.HyperparameterError (a ValueError)
+            Naming the parameter, the value and what is allowed.
+        """
+        from learning.errors import check_hyperparameters
+
+        current = self.hyperparameters()
+        check_hyperparameters(type(self).__name__, kw, tuple(current))
+        type(self)(**{**current, **kw})  # validates with the constructor's own checks
+        for name, value in kw.items():
+            setattr(self, name, value)
+        self._on_hyperparameters()
+
+    def _on_hyperparameters(self) -> None:
+        """Hook: refresh anything derived from hyperparameters."""
+
+    def clone(self) -> "Learner":
+        """A fresh, unfitted learner with the same hyperparameters."""
+        return type(self)(**self.hyperparameters())
+
+    def to_json(self) -> dict:
+        """``{"name", "hyperParameters", "parameters"}`` (papers/002 §3.4), JSON-safe."""
+        return {"name": type(self).__name__, "hyperParameters": self.hyperparameters(),
+                "parameters": self._parameters_json()}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Learner":
+        """Rebuild a learner from :meth:`to_json` output (or a request's learner spec).
+
+        ``hyperParameters`` and ``parameters`` may be missing or null, and so may any
+        field of ``hyperParameters``: defaults are used.
+
+        Raises
+        ------
+        learning.errors.HyperparameterError
+            For a rejected hyperparameter or parameter (its ``name`` says which).
+        """
+        from learning.errors import check_hyperparameters
+
+        hyper = {k: v for k, v in (d.get("hyperParameters") or {}).items() if v is not None}
+        known = tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
+        check_hyperparameters(cls.__name__, hyper, known)
+        learner = cls(**hyper)
+        learner._load_parameters(d.get("parameters") or {})
+        return learner
+
+    def _parameters_json(self) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} cannot be written as JSON")
+
+    def _load_parameters(self, parameters: dict) -> None:
+        if parameters:
+            raise NotImplementedError(f"{type(self).__name__} takes no parameters")
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
+        return f"{type(self).__name__}({args})"

@@ -1,0 +1,239 @@
+"""Parsing and validation of control requests (papers/002_9b954bd89ad87406.txt §3.4).
+
+A request is a JSON object on the requests topic::
+
+    {"id": 0, "request": "Create", "requestId": "abc",
+     "preProcessors": [{"name": "StandardScaler"}],
+     "learner": {"name": "PA", "hyperParameters": {"C": 0.01}},
+     "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 64}}
+
+:func:`parse_request` checks it against ``schema/request.schema.json`` (JSON Schema draft
+2020-12), then checks the protocol name and builds the learner and preprocessors once so
+that every mistake is reported when the request arrives, as a :class:`RequestError` with a
+machine-readable ``code`` and the dotted ``field`` at fault. Bad requests are answered,
+never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Collection
+
+import jsonschema
+import orjson
+
+from learning.errors import RequestError
+
+__all__ = ["Request", "parse_request", "REQUEST_TYPES", "IMPLEMENTED_PROTOCOLS",
+           "KNOWN_PROTOCOLS", "TRAINING_DEFAULTS", "SCHEMA_PATH"]
+
+#: The request kinds.
+REQUEST_TYPES = ("Create", "Update", "Delete", "Query")
+
+#: Protocols that can be asked for today.
+IMPLEMENTED_PROTOCOLS = frozenset({"Asynchronous"})
+
+#: Protocol names from the papers; asking for one not implemented yet gets
+#: ``unknown_protocol`` with "protocol 'X' is not implemented yet".
+KNOWN_PROTOCOLS = frozenset({
+    "Asynchronous", "Synchronous", "SSP", "StaleSynchronous", "EASGD", "ElasticAveraging",
+    "FDA", "FunctionalDynamicAveraging", "EVENFLOW", "EvenFlow", "Adaptive",
+})
+
+#: Filled into the ``trainingConfiguration`` of a Create request where missing.
+TRAINING_DEFAULTS = {"protocol": "Asynchronous", "hubParallelism": 1, "miniBatchSize": 64,
+                     "miniBatches": 4}
+
+SCHEMA_PATH = Path(__file__).with_name("schema") / "request.schema.json"
+_SCHEMA = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+_VALIDATOR = jsonschema.Draft202012Validator(_SCHEMA)
+_SCALARS = (str, int, float, bool, type(None))
+_INTEGER_KEYS = ("hubParallelism", "miniBatchSize", "miniBatches", "staleness")
+
+
+@dataclass(frozen=True)
+class Request:
+    """A validated request.
+
+    Attributes
+    ----------
+    id : int
+        The pipeline id, 0 .. 2**31 - 1.
+    request : str
+        ``"Create"``, ``"Update"``, ``"Delete"`` or ``"Query"``.
+    request_id : JSON scalar or None
+        The client's ``requestId``, echoed in responses.
+    pre_processors : list of dict
+        Specs ``{"name", "hyperParameters", "parameters"}``, in pipeline order.
+    learner : dict or None
+        The learner spec; always present for Create.
+    training_configuration : dict
+        For Create, with :data:`TRAINING_DEFAULTS` filled in; for Update only the keys
+        given (an Update changes only what it names); empty for Delete and Query.
+    """
+
+    id: int
+    request: str
+    request_id: Any = None
+    pre_processors: list = field(default_factory=list)
+    learner: dict | None = None
+    training_configuration: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """The request as a JSON-safe dict in the wire's camelCase keys (parses back)."""
+        d: dict = {"id": self.id, "request": self.request}
+        if self.request_id is not None:
+            d["requestId"] = self.request_id
+        if self.pre_processors:
+            d["preProcessors"] = self.pre_processors
+        if self.learner is not None:
+            d["learner"] = self.learner
+        if self.training_configuration:
+            d["trainingConfiguration"] = self.training_configuration
+        return d
+
+
+def _path(parts: Any) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _join(base: str, key: str) -> str:
+    return f"{base}.{key}" if base else key
+
+
+def _schema_error(error: jsonschema.ValidationError, request_id: Any) -> RequestError:
+    """Turn the most relevant schema violation into ``RequestError(code="schema")``."""
+    where = _path(error.absolute_path)
+    instance = error.instance
+    if error.validator == "additionalProperties" and isinstance(instance, dict):
+        allowed = set(error.schema.get("properties", {}))
+        key = sorted(str(k) for k in instance if k not in allowed)[0]
+        allowed_text = ", ".join(sorted(allowed))
+        return RequestError("schema", f"unknown key {_join(where, key)!r}; allowed here: "
+                            f"{allowed_text}", _join(where, key), request_id)
+    if error.validator == "required" and isinstance(instance, dict):
+        key = next((k for k in error.validator_value if k not in instance),
+                   error.validator_value[0])
+        return RequestError("schema", f"missing required key {_join(where, key)!r}",
+                            _join(where, key), request_id)
+    return RequestError("schema", f"{where or 'request'}: {error.message}", where or None,
+                        request_id)
+
+
+def _load(raw: bytes | str | dict, max_bytes: int) -> dict:
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, str):
+        if len(raw) > max_bytes or (4 * len(raw) > max_bytes
+                                    and len(raw.encode("utf-8", "surrogatepass")) > max_bytes):
+            raise RequestError("too_large", f"request exceeds {max_bytes} bytes")
+    elif isinstance(raw, (bytes, bytearray, memoryview)):
+        if len(raw) > max_bytes:
+            raise RequestError("too_large",
+                               f"request is {len(raw)} bytes, the limit is {max_bytes}")
+    else:
+        raise RequestError("invalid_json",
+                           f"a request must be bytes, str or dict, got {type(raw).__name__}")
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise RequestError("invalid_json", f"request is not valid JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise RequestError("invalid_json",
+                           f"a request must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _check_protocol(name: str, implemented: Collection[str], request_id: Any) -> None:
+    if name in implemented:
+        return
+    fld = "trainingConfiguration.protocol"
+    if name in KNOWN_PROTOCOLS:
+        raise RequestError("unknown_protocol", f"protocol {name!r} is not implemented yet",
+                           fld, request_id)
+    raise RequestError("unknown_protocol", f"unknown protocol {name!r}; implemented: "
+                       f"{', '.join(sorted(implemented))}", fld, request_id)
+
+
+def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
+                  protocols: Collection[str] | None = None) -> Request:
+    """Parse and validate one request.
+
+    Parameters
+    ----------
+    raw : bytes, str or dict
+        The message (UTF-8 JSON) or an already decoded object.
+    max_bytes : int
+        Largest accepted message, in bytes (not checked for a dict).
+    protocols : collection of str or None
+        Protocol names that can be served; None means :data:`IMPLEMENTED_PROTOCOLS`.
+
+    Returns
+    -------
+    Request
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``code`` is one of
+
+        - ``too_large``: more than ``max_bytes`` bytes (field None);
+        - ``invalid_json``: not parseable, or not a JSON object (field None);
+        - ``schema``: violates ``request.schema.json``; ``field`` is the dotted path of
+          the offending key (e.g. ``trainingConfiguration.miniBatchSize``), an unknown
+          key is named by its own path;
+        - ``unknown_protocol`` (field ``trainingConfiguration.protocol``);
+        - ``unknown_learner``, ``unknown_preprocessor``, ``invalid_hyperparameter``,
+          ``invalid_parameter`` (from :mod:`learning.registry`) for Create, and for
+          Update where it names a learner or preprocessors.
+
+        Its ``request_id`` holds the request's ``requestId`` whenever the message was a
+        JSON object with a scalar ``requestId``.
+    """
+    doc = _load(raw, max_bytes)
+    request_id = doc.get("requestId")
+    if not isinstance(request_id, _SCALARS):
+        request_id = None
+
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(doc))
+    if error is not None:
+        raise _schema_error(error, request_id)
+
+    kind = doc["request"]
+    given = dict(doc.get("trainingConfiguration") or {})
+    for key in _INTEGER_KEYS:  # JSON 64.0 is a valid integer for the schema
+        if key in given:
+            given[key] = int(given[key])
+    if "protocol" in given or kind == "Create":
+        _check_protocol(given.get("protocol", TRAINING_DEFAULTS["protocol"]),
+                        IMPLEMENTED_PROTOCOLS if protocols is None else protocols,
+                        request_id)
+
+    pre_processors = list(doc.get("preProcessors") or [])
+    learner = doc.get("learner")
+    if kind in ("Create", "Update"):
+        from learning.registry import make_learner, make_preprocessor
+
+        try:
+            for i, spec in enumerate(pre_processors):
+                make_preprocessor(spec, i)
+            if learner is not None:
+                make_learner(learner)
+        except RequestError as e:
+            e.request_id = request_id
+            raise
+
+    if kind == "Create":
+        config = {**TRAINING_DEFAULTS, **given}
+    elif kind == "Update":
+        config = given
+    else:
+        config = {}
+    return Request(id=int(doc["id"]), request=kind, request_id=request_id,
+                   pre_processors=pre_processors, learner=learner,
+                   training_configuration=config)

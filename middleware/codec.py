@@ -1,0 +1,137 @@
+"""The only place where envelopes become bytes and back (no pickle, ever).
+
+Wire format, little-endian::
+
+    magic 0xFF | version u8 | network u32 | src_side u8 | src_index u16 | dst_side u8 |
+    dst_index u16 | seq u64 | call_id u64 | kind u8 | method_len u16 | meta_len u32 |
+    method (utf-8) | meta (JSON, orjson) | array blobs (raw bytes, concatenated)
+
+0xFF never starts valid UTF-8, so envelopes can share a stream with JSON control
+messages. The JSON meta holds the payload with every numpy array replaced by
+``{"__nd__": [offset, nbytes, dtype, shape]}``; the array's bytes are its little-endian
+C-order buffer. Arrays with dtypes other than bool/int/uint/float are refused.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+import orjson
+
+from middleware.envelope import Envelope, Kind
+from middleware.errors import CodecError
+
+__all__ = ["MAGIC", "HEADER", "encode", "decode", "peek", "is_envelope"]
+
+MAGIC = 0xFF
+VERSION = 1
+HEADER = struct.Struct("<BBIBHBHQQBHI")
+_ND = "__nd__"
+_KINDS = "biuf"
+
+
+def is_envelope(data: bytes) -> bool:
+    """True when ``data`` starts like an envelope (a JSON request never does)."""
+    return len(data) > 0 and data[0] == MAGIC
+
+
+def _strip(obj: Any, blobs: list[bytes], offset: list[int]) -> Any:
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind not in _KINDS:
+            raise CodecError(f"cannot encode an array of dtype {obj.dtype}")
+        arr = obj.astype(obj.dtype.newbyteorder("<"), copy=False)  # keeps 0-d arrays 0-d
+        raw = arr.tobytes(order="C")
+        ref = {_ND: [offset[0], len(raw), arr.dtype.str, list(arr.shape)]}
+        blobs.append(raw)
+        offset[0] += len(raw)
+        return ref
+    if isinstance(obj, (list, tuple)):
+        return [_strip(v, blobs, offset) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _strip(v, blobs, offset) for k, v in obj.items()}
+    return obj
+
+
+def _restore(obj: Any, body: memoryview) -> Any:
+    if isinstance(obj, list):
+        return [_restore(v, body) for v in obj]
+    if isinstance(obj, dict):
+        ref = obj.get(_ND)
+        if ref is not None and len(obj) == 1:
+            try:
+                off, n, dtype, shape = ref
+                dt = np.dtype(dtype)
+                if dt.kind not in _KINDS or off < 0 or n < 0 or off + n > len(body):
+                    raise ValueError("bad array reference")
+                return np.frombuffer(body[off:off + n], dtype=dt).reshape(shape).copy()
+            except (TypeError, ValueError) as exc:
+                raise CodecError(f"bad array in payload: {exc}") from exc
+        return {k: _restore(v, body) for k, v in obj.items()}
+    return obj
+
+
+def encode(env: Envelope) -> bytes:
+    """Encode an envelope.
+
+    Raises
+    ------
+    CodecError
+        When the payload holds something neither JSON nor a numeric numpy array, or a
+        header field is out of range (e.g. an index above 65535).
+    """
+    blobs: list[bytes] = []
+    try:
+        meta = orjson.dumps(_strip(env.payload, blobs, [0]), option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError as exc:
+        raise CodecError(f"cannot encode payload of {env.method}: {exc}") from exc
+    method = env.method.encode()
+    try:
+        head = HEADER.pack(MAGIC, VERSION, env.network, env.src_side, env.src_index,
+                           env.dst_side, env.dst_index, env.seq, env.call_id, int(env.kind),
+                           len(method), len(meta))
+    except struct.error as exc:
+        raise CodecError(f"envelope header out of range for {env.method}: {exc}") from exc
+    return b"".join((head, method, meta, *blobs))
+
+
+def peek(data: bytes) -> tuple[int, int, int, int, int]:
+    """``(network, src_side, src_index, dst_side, dst_index)`` from the header alone.
+
+    Raises
+    ------
+    CodecError
+        When ``data`` is not an envelope.
+    """
+    if len(data) < HEADER.size or data[0] != MAGIC:
+        raise CodecError(f"not an envelope ({len(data)} bytes)")
+    _, _, network, ss, si, ds, di, *_ = HEADER.unpack_from(data)
+    return network, ss, si, ds, di
+
+
+def decode(data: bytes) -> Envelope:
+    """Decode bytes made by :func:`encode`.
+
+    Raises
+    ------
+    CodecError
+        On a wrong magic/version, truncated data, or malformed meta.
+    """
+    if len(data) < HEADER.size or data[0] != MAGIC:
+        raise CodecError(f"not an envelope ({len(data)} bytes)")
+    (_, version, network, ss, si, ds, di, seq, call_id, kind, mlen,
+     metalen) = HEADER.unpack_from(data)
+    if version != VERSION:
+        raise CodecError(f"unsupported envelope version {version}")
+    start = HEADER.size
+    if start + mlen + metalen > len(data):
+        raise CodecError("truncated envelope")
+    view = memoryview(data)
+    try:
+        method = bytes(view[start:start + mlen]).decode()
+        meta = orjson.loads(view[start + mlen:start + mlen + metalen])
+        payload = _restore(meta, view[start + mlen + metalen:])
+        return Envelope(network, ss, si, ds, di, seq, call_id, method, Kind(kind), payload)
+    except (UnicodeDecodeError, orjson.JSONDecodeError, ValueError) as exc:
+        raise CodecError(f"malformed envelope: {exc}") from exc

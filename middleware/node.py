@@ -1,0 +1,317 @@
+"""Nodes, proxies and the dispatch of calls and answers (papers/002 §3.1.1–3.1.3, §3.2.1).
+
+A protocol author subclasses :class:`Node`, marks remote methods with
+:func:`~middleware.remote.remote`, and names the remote interface of the other side in
+the class attribute ``peer``. Once attached to a kernel's :class:`NetworkContext`, the node
+has ``self.peers[j]`` (a proxy of node ``j`` of the other side) and ``self.broadcast`` (a
+proxy of all of them)::
+
+    self.peers[0].push(delta).then(self.on_global)        # two-way call, one node
+    self.broadcast.pull().then_sync(self.on_shard)        # two-way broadcast, paused stream
+    self.peers[1].report(stats)                           # one-way: @remote(oneway=True)
+
+A node never blocks, starts no threads and shares no state with other nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections import Counter
+from typing import Any, ClassVar, Protocol
+
+from middleware import codec
+from middleware.channel import Inbox, Outbox
+from middleware.envelope import HUB, SPOKE, Envelope, Kind, side_name
+from middleware.errors import CodecError, PromiseError, RemoteCallError, RemoteInterfaceError
+from middleware.promise import BroadcastPromise, Call, Promise
+from middleware.remote import remote_methods
+
+__all__ = ["NetworkContext", "Node", "Proxy", "BroadcastProxy", "NodeStats"]
+
+log = logging.getLogger(__name__)
+
+
+class NetworkContext(Protocol):
+    """What a kernel gives each node (papers/002 §3.2.1).
+
+    Attributes
+    ----------
+    network : int
+        The network (pipeline) id.
+    side : int
+        :data:`~middleware.envelope.SPOKE` or :data:`~middleware.envelope.HUB`.
+    index : int
+        This node's index within its side.
+    n_spokes, n_hubs : int
+        Network size.
+    """
+
+    network: int
+    side: int
+    index: int
+    n_spokes: int
+    n_hubs: int
+
+    def send(self, dst_index: int, data: bytes) -> None:
+        """Ship encoded envelope bytes to node ``dst_index`` of the other side."""
+
+    def pause_stream(self) -> None:
+        """Stop feeding stream records to this (spoke) node; buffer them in order."""
+
+    def resume_stream(self) -> None:
+        """Feed the buffered records, then the live stream again."""
+
+
+class NodeStats:
+    """Messages and bytes sent and received by this node, per envelope kind.
+
+    Attributes
+    ----------
+    sent_messages, sent_bytes, received_messages, received_bytes : collections.Counter
+        Keyed by kind name (``"ONEWAY"``, ``"REQUEST"``, ``"RESPONSE"``, ``"ERROR"``).
+    duplicates : int
+        Envelopes dropped as already delivered.
+    """
+
+    def __init__(self) -> None:
+        self.sent_messages: Counter = Counter()
+        self.sent_bytes: Counter = Counter()
+        self.received_messages: Counter = Counter()
+        self.received_bytes: Counter = Counter()
+        self.duplicates = 0
+
+    def to_json(self) -> dict:
+        return {
+            "messages_sent": sum(self.sent_messages.values()),
+            "bytes_sent": sum(self.sent_bytes.values()),
+            "messages_received": sum(self.received_messages.values()),
+            "bytes_received": sum(self.received_bytes.values()),
+            "duplicates_dropped": self.duplicates,
+            "by_kind": {
+                "sent_messages": dict(self.sent_messages), "sent_bytes": dict(self.sent_bytes),
+                "received_messages": dict(self.received_messages),
+                "received_bytes": dict(self.received_bytes),
+            },
+        }
+
+
+class Node:
+    """Base of spokes and hubs. Subclasses set ``peer`` to the other side's node class."""
+
+    peer: ClassVar[type | None] = None
+
+    def __init__(self) -> None:
+        self.ctx: NetworkContext | None = None
+        self.peers: list[Proxy] = []
+        self.broadcast: BroadcastProxy | None = None
+        self.stats = NodeStats()
+        self._outbox = Outbox()
+        self._inbox = Inbox()
+        self._calls: dict[int, Call] = {}
+        self._next_call = 1
+        self._rounds: dict[str, BroadcastPromise] = {}  # method -> latest broadcast promise
+
+    # -- kernel-facing -------------------------------------------------------------------
+    def attach(self, ctx: NetworkContext) -> None:
+        """Bind this node to its kernel context and build its proxies."""
+        if self.peer is None:
+            raise RemoteInterfaceError(f"{type(self).__name__}.peer is not set")
+        self.ctx = ctx
+        n = ctx.n_hubs if ctx.side == SPOKE else ctx.n_spokes
+        self.peers = [Proxy(self, j) for j in range(n)]
+        self.broadcast = BroadcastProxy(self)
+
+    @property
+    def name(self) -> str:
+        return f"{side_name(self.ctx.side)} {self.ctx.index}" if self.ctx else type(self).__name__
+
+    @property
+    def n_peers(self) -> int:
+        return len(self.peers)
+
+    def deliver(self, data: bytes) -> None:
+        """Take one encoded envelope from the kernel; dispatch it and any it unblocks.
+
+        Raises
+        ------
+        CodecError
+            When ``data`` is not a valid envelope (the kernel counts and drops it).
+        Exception
+            The first exception raised by a ``then``/``on_error`` callback, after every
+            envelope this one unblocked has been dispatched (none is lost).
+        """
+        env = codec.decode(data)
+        self.stats.received_messages[env.kind.name] += 1
+        self.stats.received_bytes[env.kind.name] += len(data)
+        ready = self._inbox.accept(env)
+        self.stats.duplicates = self._inbox.duplicates
+        first_error: Exception | None = None
+        for e in ready:
+            try:
+                self._dispatch(e)
+            except Exception as exc:  # keep dispatching: these envelopes left the inbox
+                log.exception("%s: handling %s of %s failed", self.name, e.kind.name, e.method)
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+
+    # -- sending -------------------------------------------------------------------------
+    def _send(self, dst: int, kind: Kind, method: str, call_id: int, payload: Any) -> None:
+        ctx = self.ctx
+        env = Envelope(ctx.network, ctx.side, ctx.index, HUB if ctx.side == SPOKE else SPOKE,
+                       dst, self._outbox.peek(dst), call_id, method, kind, payload)
+        data = codec.encode(env)  # may raise CodecError: take the sequence number only after
+        self._outbox.next_seq(dst)
+        self.stats.sent_messages[kind.name] += 1
+        self.stats.sent_bytes[kind.name] += len(data)
+        ctx.send(dst, data)
+
+    def _call(self, dsts: list[int], method: str, args: tuple, kwargs: dict) -> Call | None:
+        entry = remote_methods(self.peer).get(method)
+        if entry is None:
+            raise RemoteInterfaceError(
+                f"{self.peer.__name__} ({side_name(1 - self.ctx.side)}) has no remote method "
+                f"{method!r}; remote methods: {sorted(remote_methods(self.peer))}")
+        sig, oneway = entry
+        try:
+            sig.bind(None, *args, **kwargs)
+        except TypeError as exc:
+            raise RemoteInterfaceError(
+                f"bad arguments for {self.peer.__name__}.{method}() called from {self.name}: "
+                f"{exc}") from None
+        payload = [list(args), kwargs]
+        if oneway:
+            for dst in dsts:
+                self._send(dst, Kind.ONEWAY, method, 0, payload)
+            return None
+        call_id = self._next_call
+        self._next_call += 1
+        is_spoke = self.ctx.side == SPOKE
+        call = Call(method, len(dsts), self.ctx.pause_stream if is_spoke else None,
+                    self.ctx.resume_stream if is_spoke else None)
+        self._calls[call_id] = call
+        try:
+            for dst in dsts:
+                self._send(dst, Kind.REQUEST, method, call_id, payload)
+        except CodecError:
+            del self._calls[call_id]
+            raise
+        return call
+
+    # -- receiving -----------------------------------------------------------------------
+    def _dispatch(self, env: Envelope) -> None:
+        if env.kind in (Kind.RESPONSE, Kind.ERROR):
+            call = self._calls.get(env.call_id)
+            if call is None:
+                log.warning("%s: answer to unknown call %d (%s)", self.name, env.call_id, env.method)
+                return
+            if env.kind == Kind.RESPONSE:
+                call._answer(True, env.payload)
+            else:
+                p = env.payload or {}
+                call._answer(False, RemoteCallError(
+                    f"{side_name(env.src_side)} {env.src_index}", env.method, p.get("type", "?"),
+                    p.get("message", ""), p.get("traceback", "")))
+            if call.done:
+                del self._calls[env.call_id]
+            return
+        fn = getattr(self, env.method, None) if env.method in remote_methods(type(self)) else None
+        try:
+            if fn is None:
+                raise RemoteInterfaceError(f"{type(self).__name__} has no remote method {env.method!r}")
+            args, kwargs = env.payload
+            result = fn(*args, **kwargs)
+        except Exception as exc:  # the callee's failure travels back to the caller
+            if env.kind == Kind.REQUEST:
+                self._send(env.src_index, Kind.ERROR, env.method, env.call_id, {
+                    "type": type(exc).__name__, "message": str(exc),
+                    "traceback": traceback.format_exc()})
+            else:
+                log.exception("%s: one-way call %s failed", self.name, env.method)
+            return
+        if env.kind != Kind.REQUEST:
+            return
+        if isinstance(result, BroadcastPromise):
+            result = self._join_round(env.method, result)
+            if result._sent or env.src_index in result.bound:
+                self._answer(env, True, PromiseError(
+                    f"{env.method}() returned a broadcast promise already "
+                    f"{'answered' if result._sent else 'bound to a call from this node'}"))
+                return
+            result.bound[env.src_index] = env.call_id
+            result._on_settle(lambda p: self._answer_broadcast(p, env.method))
+        elif isinstance(result, Promise):
+            result._on_settle(lambda p, e=env: self._answer(e, p.failed, p.value))
+        else:
+            self._answer(env, False, result)
+
+    def _join_round(self, method: str, p: BroadcastPromise) -> BroadcastPromise:
+        """A new, already fulfilled broadcast promise (``return BroadcastPromise.fulfilled()``,
+        the barrier of papers/002 §3.1.3) joins the round of ``method`` still gathering
+        callers; any other broadcast promise is taken as it is."""
+        open_round = self._rounds.get(method)
+        if (open_round is not None and open_round is not p and not p.bound and p.done
+                and not open_round._sent):
+            return open_round
+        self._rounds[method] = p
+        return p
+
+    def _answer(self, env: Envelope, failed: bool, value: Any) -> None:
+        if not failed:
+            try:
+                self._send(env.src_index, Kind.RESPONSE, env.method, env.call_id, value)
+                return
+            except CodecError as exc:  # the caller gets the failure instead of silence
+                failed, value = True, exc
+        self._send(env.src_index, Kind.ERROR, env.method, env.call_id, _error_payload(value))
+
+    def _answer_broadcast(self, p: BroadcastPromise, method: str) -> None:
+        if len(p.bound) < self.n_peers or p._sent:
+            return
+        p._sent = True
+        kind, value = Kind.RESPONSE, p.value
+        if p.failed:
+            kind, value = Kind.ERROR, _error_payload(p.value)
+        for src in sorted(p.bound):
+            try:
+                self._send(src, kind, method, p.bound[src], value)
+            except CodecError as exc:  # same value for all: every caller gets the failure
+                if kind == Kind.ERROR:
+                    raise
+                kind, value = Kind.ERROR, _error_payload(exc)
+                self._send(src, kind, method, p.bound[src], value)
+
+
+def _error_payload(exc: BaseException) -> dict:
+    """What an ERROR envelope carries: the exception's type, message and traceback text."""
+    tb = "".join(traceback.format_exception(exc)) if exc.__traceback__ else ""
+    return {"type": type(exc).__name__, "message": str(exc), "traceback": tb}
+
+
+class Proxy:
+    """Stands for node ``index`` of the other side; attribute access gives its remote
+    methods, checked against the remote interface on the caller's side."""
+
+    def __init__(self, node: Node, index: int) -> None:
+        self._node = node
+        self._index = index
+
+    def __getattr__(self, method: str):
+        if method.startswith("_"):
+            raise AttributeError(method)
+        node, dst = self._node, [self._index]
+        return lambda *args, **kwargs: node._call(dst, method, args, kwargs)
+
+
+class BroadcastProxy(Proxy):
+    """Stands for every node of the other side; callbacks run once per answer."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node, -1)
+
+    def __getattr__(self, method: str):
+        if method.startswith("_"):
+            raise AttributeError(method)
+        node = self._node
+        return lambda *args, **kwargs: node._call(list(range(node.n_peers)), method, args, kwargs)

@@ -1,0 +1,164 @@
+"""The hub operator: a ``KeyedProcessFunction`` keyed by hub id (one hub per subtask; see
+:mod:`operators.routing`). It hosts one hub node per pipeline; hub→spoke envelopes go to
+the main output (the ``psMessages`` Kafka topic, read back by the spokes), responses to a
+side output.
+
+Keyed state (per hub key) maps pipeline id → JSON of the pipeline definition and the
+global model, written at synchronization points; after a restore the nodes are rebuilt
+from it on their first message.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from pyflink.common import Types
+from pyflink.datastream import KeyedProcessFunction
+from pyflink.datastream.state import MapStateDescriptor
+
+from learning.errors import RequestError
+from learning.protocols import make_hub
+from learning.requests import parse_request
+from middleware import HUB, codec
+from middleware.errors import CodecError
+from operators.routing import subtask_index
+from operators.spoke import error_response
+
+__all__ = ["HubFunction"]
+
+log = logging.getLogger(__name__)
+
+
+class _HubContext:
+    side = HUB
+
+    def __init__(self, op: "HubFunction", network: int, index: int, n_hubs: int) -> None:
+        self._op = op
+        self.network = network
+        self.index = index
+        self.n_spokes = op.n_spokes
+        self.n_hubs = n_hubs
+
+    def send(self, dst_index: int, data: bytes) -> None:
+        self._op.out.append((None, data))
+
+    def pause_stream(self) -> None:  # hubs have no input stream to pause
+        raise RuntimeError("hubs cannot pause a stream")
+
+    resume_stream = pause_stream
+
+    def emit(self, stream: str, value: dict) -> None:
+        self._op.emit(value)
+
+
+class HubFunction(KeyedProcessFunction):
+    """Hosts the hub nodes of every pipeline for the hub ids keyed to this subtask.
+
+    Parameters
+    ----------
+    n_spokes : int
+    hub_keys : list[int]
+        ``hub_keys[j]`` is the Flink key of hub j.
+    responses_tag : OutputTag
+    """
+
+    def __init__(self, n_spokes: int, hub_keys: list[int], responses_tag) -> None:
+        self.n_spokes = n_spokes
+        self.hub_keys = hub_keys
+        self.responses_tag = responses_tag
+
+    def open(self, runtime_context) -> None:
+        self.subtask = subtask_index(runtime_context)
+        self.index_of = {k: j for j, k in enumerate(self.hub_keys)}
+        self.state = runtime_context.get_map_state(
+            MapStateDescriptor("pipelines", Types.INT(), Types.PICKLED_BYTE_ARRAY()))
+        self.nodes: dict[tuple[int, int], Any] = {}
+        self.copies: dict[tuple[int, int, str], set] = {}
+        self.out: list[tuple[Any, Any]] = []
+        self.dropped = 0
+
+    def emit(self, value: dict) -> None:
+        self.out.append((self.responses_tag,
+                         orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()))
+
+    def process_element(self, value, ctx):
+        key, data = value[0], bytes(value[1])
+        hub = self.index_of[key]
+        if codec.is_envelope(data):
+            self._envelope(hub, data)
+        else:
+            self._control(hub, orjson.loads(data))
+        out, self.out = self.out, []
+        for tag, v in out:
+            yield v if tag is None else (tag, v)
+
+    def _envelope(self, hub: int, data: bytes) -> None:
+        try:
+            network, *_ = codec.peek(data)
+        except CodecError:
+            self.dropped += 1
+            return
+        node = self.nodes.get((hub, network)) or self._restore(hub, network)
+        if node is None:
+            self.dropped += 1  # a pipeline deleted while its messages were in flight
+            return
+        node.deliver(data)
+        self._save(hub, network, node)
+
+    def _attach(self, hub: int, req) -> Any:
+        node = make_hub(req)
+        node.attach(_HubContext(self, req.id, hub, int(req.training_configuration["hubParallelism"])))
+        node.hub_subtask = self.subtask
+        self.nodes[(hub, req.id)] = node
+        return node
+
+    def _save(self, hub: int, network: int, node) -> None:
+        self.state.put(network, orjson.dumps({
+            "request": node.request.to_json(), "learner": node.learner.to_json(),
+            "updates": node.updates}, option=orjson.OPT_SERIALIZE_NUMPY))
+
+    def _restore(self, hub: int, network: int):
+        raw = self.state.get(network)
+        if raw is None:
+            return None
+        saved = orjson.loads(raw)
+        node = self._attach(hub, parse_request(saved["request"]))
+        node.learner = type(node.learner).from_json(saved["learner"])
+        node.updates = saved["updates"]
+        return node
+
+    def _control(self, hub: int, msg: dict) -> None:
+        op = msg["op"]
+        if op == "create":
+            req = parse_request(msg["request"])
+            key = (hub, req.id, "create")
+            if (hub, req.id) not in self.nodes:
+                try:
+                    node = self._attach(hub, req)
+                except RequestError as err:  # spokes validated it already; be safe anyway
+                    if hub == 0:
+                        self.emit(error_response(err, req.request_id, req.id, "Create"))
+                    return
+                self._save(hub, req.id, node)
+            got = self.copies.setdefault(key, set())
+            got.add(msg["spoke"])
+            if len(got) == self.n_spokes:
+                del self.copies[key]
+                if hub == 0:
+                    self.emit({"requestId": req.request_id, "id": req.id, "request": "Create",
+                               "status": "ok", "spokes": self.n_spokes,
+                               "hubs": int(req.training_configuration["hubParallelism"])})
+        elif op == "delete":
+            pid = msg["id"]
+            key = (hub, pid, "delete")
+            self.nodes.pop((hub, pid), None)
+            self.state.remove(pid)
+            got = self.copies.setdefault(key, set())
+            got.add(msg["spoke"])
+            if len(got) == self.n_spokes:
+                del self.copies[key]
+                if hub == 0:
+                    self.emit({"requestId": msg.get("requestId"), "id": pid, "request": "Delete",
+                               "status": "ok"})

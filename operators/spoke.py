@@ -1,0 +1,240 @@
+"""The spoke operator: a ``CoProcessFunction`` over (data records, messages).
+
+Input 1 carries training and forecasting records as one string each, tagged by the job's
+SQL source with the topic they came from (``T`` training, ``P`` forecasting) followed by
+the record's JSON: an object ``{"id", "features", "label"}`` or a JSON array of them. They
+cross from the JVM into Python once, here: parse, route to every pipeline, preprocess,
+predict or buffer into a mini-batch, fit.
+
+Input 2 carries messages as bytes: hub→spoke envelopes (first byte 0xFF, read back from
+the ``psMessages`` topic: the Kafka feedback loop) and JSON control requests, which reach
+every spoke (broadcast).
+
+Outputs: predictions (main output, JSON strings), spoke→hub messages (side output
+``(hub_key, bytes)``, keyed by hub id downstream), responses and dead letters (JSON).
+
+The spoke keeps its models in memory (a plain, non-keyed function: one Python hop per
+record). What must survive a failure lives in the hubs' keyed state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any
+
+import orjson
+from pyflink.datastream import CoProcessFunction
+
+from learning.errors import RequestError
+from learning.protocols import make_spoke
+from learning.protocols.base import RecordRejected
+from learning.requests import parse_request
+from middleware import SPOKE, codec
+from middleware.errors import CodecError
+from operators.routing import subtask_index
+
+__all__ = ["SpokeFunction", "error_response"]
+
+log = logging.getLogger(__name__)
+_TRAIN, _PREDICT = "T", "P"
+
+
+def error_response(err: RequestError, request_id: Any = None, pipeline: Any = None,
+                   request: Any = None) -> dict:
+    """The JSON answer to a request that failed."""
+    return {"requestId": request_id, "id": pipeline, "request": request, "status": "error",
+            "error": err.to_json()}
+
+
+class _SpokeContext:
+    """The network context of one pipeline's spoke node (papers/002 §3.2.1)."""
+
+    side = SPOKE
+
+    def __init__(self, op: "SpokeFunction", network: int, n_hubs: int) -> None:
+        self._op = op
+        self.network = network
+        self.index = op.index
+        self.n_spokes = op.n_spokes
+        self.n_hubs = n_hubs
+
+    def send(self, dst_index: int, data: bytes) -> None:
+        self._op.out.append((self._op.to_hubs_tag, (self._op.hub_keys[dst_index], data)))
+
+    def pause_stream(self) -> None:
+        self._op.paused += 1
+
+    def resume_stream(self) -> None:
+        self._op.paused -= 1
+
+    def emit(self, stream: str, value: dict) -> None:
+        self._op.emit(stream, value)
+
+
+class SpokeFunction(CoProcessFunction):
+    """Hosts one spoke node per pipeline on this subtask.
+
+    Parameters
+    ----------
+    n_spokes, n_hubs : int
+        Job parallelism of the spoke and hub operators.
+    hub_keys : list[int]
+        ``hub_keys[j]`` is the key that Flink routes to hub subtask j.
+    to_hubs_tag, responses_tag, dead_letters_tag : OutputTag
+        Side outputs.
+    max_request_bytes : int
+        Larger requests are refused with code ``too_large``.
+    """
+
+    def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
+                 responses_tag, dead_letters_tag, max_request_bytes: int = 1_000_000) -> None:
+        self.n_spokes = n_spokes
+        self.n_hubs = n_hubs
+        self.hub_keys = hub_keys
+        self.to_hubs_tag = to_hubs_tag
+        self.responses_tag = responses_tag
+        self.dead_letters_tag = dead_letters_tag
+        self.max_request_bytes = max_request_bytes
+
+    def open(self, runtime_context) -> None:
+        self.index = subtask_index(runtime_context)
+        self.nodes: dict[int, Any] = {}
+        self.out: list[tuple[Any, Any]] = []
+        self.paused = 0
+        self.backlog: deque[str] = deque()
+        self.records_without_pipeline = 0
+        self.bad_messages = 0
+
+    # -- outputs -------------------------------------------------------------------------
+    def emit(self, stream: str, value: dict) -> None:
+        tag = self.responses_tag if stream == "responses" else self.dead_letters_tag
+        self.out.append((tag, orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()))
+
+    def _drain(self):
+        out, self.out = self.out, []
+        for tag, value in out:
+            yield (value if tag is None else (tag, value))
+
+    # -- data ----------------------------------------------------------------------------
+    def process_element1(self, row, ctx):
+        if self.paused or self.backlog:
+            self.backlog.append(row[0])
+            if self.paused:
+                return
+            self._run_backlog()
+        else:
+            self._data(row[0])
+        if self.out:
+            yield from self._drain()
+
+    def _run_backlog(self) -> None:
+        while self.backlog and not self.paused:
+            self._data(self.backlog.popleft())
+
+    def _data(self, line: str) -> None:
+        try:
+            obj = orjson.loads(line[1:])
+        except orjson.JSONDecodeError as exc:
+            self._dead(line, f"not valid JSON: {exc}")
+            return
+        train = line[0] == _TRAIN
+        for rec in (obj if isinstance(obj, list) else (obj,)):
+            if not isinstance(rec, dict) or "features" not in rec:
+                self._dead(rec, "a record is a JSON object with a 'features' list")
+                continue
+            if not self.nodes:
+                self.records_without_pipeline += 1
+                continue
+            features = rec["features"]
+            for nid, node in self.nodes.items():
+                try:
+                    if train:
+                        node.on_train(features, rec.get("label"))
+                    else:
+                        self.out.append((None, orjson.dumps(
+                            {"id": rec.get("id"), "pipeline": nid, "spoke": self.index,
+                             "prediction": node.on_predict(features)}).decode()))
+                except RecordRejected as exc:
+                    self.emit("deadLetters", {"pipeline": nid, "spoke": self.index,
+                                              "reason": str(exc), "record": rec})
+
+    def _dead(self, record: Any, reason: str) -> None:
+        for node in self.nodes.values():
+            node.rejected += 1
+        self.emit("deadLetters", {"spoke": self.index, "reason": reason,
+                                  "record": record if not isinstance(record, str) else record[1:]})
+
+    # -- messages ------------------------------------------------------------------------
+    def process_element2(self, data, ctx):
+        data = bytes(data)
+        if codec.is_envelope(data):
+            self._envelope(data)
+        else:
+            self._request(data)
+        if not self.paused and self.backlog:
+            self._run_backlog()
+        if self.out:
+            yield from self._drain()
+
+    def _envelope(self, data: bytes) -> None:
+        try:
+            network, *_ , dst_side, dst_index = codec.peek(data)
+            node = self.nodes.get(network)
+            if node is None or dst_side != SPOKE or dst_index != self.index:
+                self.bad_messages += 1
+                return
+            node.deliver(data)
+        except CodecError:
+            self.bad_messages += 1
+            log.warning("spoke %d: dropped a malformed envelope", self.index)
+
+    def _request(self, data: bytes) -> None:
+        lead = self.index == 0  # one spoke answers errors, so each request is answered once
+        try:
+            req = parse_request(data, max_bytes=self.max_request_bytes)
+        except RequestError as err:
+            if lead:
+                self.emit("responses", error_response(err, getattr(err, "request_id", None)))
+            return
+        try:
+            getattr(self, "_" + req.request.lower())(req, lead)
+        except RequestError as err:
+            if lead:
+                self.emit("responses", error_response(err, req.request_id, req.id, req.request))
+
+    def _create(self, req, lead: bool) -> None:
+        if req.id in self.nodes:
+            raise RequestError("exists", f"pipeline {req.id} exists", "id")
+        m = int(req.training_configuration["hubParallelism"])
+        if m > self.n_hubs:
+            raise RequestError("too_many_hubs", f"hubParallelism {m} > the job's {self.n_hubs} hubs",
+                               "trainingConfiguration.hubParallelism")
+        node = make_spoke(req)
+        node.attach(_SpokeContext(self, req.id, m))
+        self.nodes[req.id] = node
+        self._control(m, {"op": "create", "spoke": self.index, "request": req.to_json()})
+
+    def _delete(self, req, lead: bool) -> None:
+        node = self._node(req)
+        del self.nodes[req.id]
+        self._control(node.ctx.n_hubs, {"op": "delete", "spoke": self.index, "id": req.id,
+                                        "requestId": req.request_id})
+
+    def _query(self, req, lead: bool) -> None:
+        self._node(req).on_query(req.request_id)
+
+    def _update(self, req, lead: bool) -> None:
+        self._node(req)
+        raise RequestError("unsupported", "Update is not implemented yet", "request")
+
+    def _node(self, req):
+        node = self.nodes.get(req.id)
+        if node is None:
+            raise RequestError("not_found", f"no pipeline with id {req.id}", "id")
+        return node
+
+    def _control(self, n_hubs: int, msg: dict) -> None:
+        data = orjson.dumps(msg)
+        for j in range(n_hubs):
+            self.out.append((self.to_hubs_tag, (self.hub_keys[j], data)))
