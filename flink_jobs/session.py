@@ -106,9 +106,10 @@ class Session:
     # -- data ----------------------------------------------------------------------------
     def stream(self, X: np.ndarray, y: np.ndarray, *, every: int = 5,
                records_per_message: int = 1, between: Callable[[int], None] | None = None,
-               chunk: int = 2000) -> tuple[dict[int, Any], int, int]:
+               chunk: int = 2000, first_id: int = 0) -> tuple[dict[int, Any], int, int]:
         """Write records in order: every ``every``-th one (i % every == every-1) to
-        ``forecasting`` without its label, the rest to ``training``.
+        ``forecasting`` without its label, the rest to ``training``. Record ids are
+        ``first_id + i``.
 
         Returns
         -------
@@ -127,7 +128,7 @@ class Session:
 
         labels = y.tolist()
         feats = X.tolist()
-        for i, (x, label) in enumerate(zip(feats, labels)):
+        for i, (x, label) in enumerate(zip(feats, labels), start=first_id):
             if every and i % every == every - 1:
                 held[i] = label
                 buf[t.forecasting].append({"id": i, "features": x})
@@ -139,8 +140,8 @@ class Session:
                 topic = t.training
             if len(buf[topic]) >= records_per_message:
                 flush(topic)
-            if between is not None and i % chunk == chunk - 1:
-                between(i + 1)
+            if between is not None and (i - first_id) % chunk == chunk - 1:
+                between(i - first_id + 1)
         flush(t.training)
         flush(t.forecasting)
         self.producer.flush()

@@ -13,6 +13,7 @@ are aligned with ``project`` on arrival.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,13 @@ import numpy as np
 from learning.protocols.base import PipelineHub, PipelineSpoke
 from middleware import remote
 
-__all__ = ["AsynchronousSpoke", "AsynchronousHub"]
+__all__ = ["AsynchronousSpoke", "AsynchronousHub", "global_digest"]
+
+
+def global_digest(w: np.ndarray) -> str:
+    """A short fingerprint of a global model as received, (n_params,) float64 → hex str;
+    lets a test match a spoke's model with the message that carried it."""
+    return hashlib.sha256(np.ascontiguousarray(w, dtype="<f8").tobytes()).hexdigest()[:16]
 
 
 class AsynchronousHub(PipelineHub):
@@ -67,6 +74,7 @@ class AsynchronousSpoke(PipelineSpoke):
         self._base: tuple[np.ndarray, dict] | None = None
         self._pushed: tuple[np.ndarray, dict] | None = None
         self.pushes = 0
+        self.globals_received = 0
 
     def on_batch_fitted(self, n_records: int) -> None:
         self._since += 1
@@ -98,13 +106,16 @@ class AsynchronousSpoke(PipelineSpoke):
         progress = learner.get_params() - self._in_current(self._pushed)
         learner.set_params(w_global + progress)
         self._base = (w_global, learner.layout())
+        self.globals_received += 1
         self._in_flight = False
         if self._since >= self.mini_batches:
             self._push()
 
     def statistics(self) -> dict:
         out = super().statistics()
-        out["pushes"] = self.pushes
+        base = None if self._base is None else self._base[0]
+        out["protocol"] = {"pushes": self.pushes, "globalsReceived": self.globals_received,
+                           "lastGlobalDigest": None if base is None else global_digest(base)}
         return out
 
 
