@@ -23,7 +23,7 @@ case "$what" in
   demo) exec .venv/bin/omldm demo "$@" ;;
   test)
     set +e
-    .venv/bin/python -m pytest tests "$@"
+    .venv/bin/python -m pytest tests learning middleware operators "$@"
     rc=$?
     if [ "$rc" -eq 5 ]; then
       echo "pytest collected no tests: that is a failure" >&2

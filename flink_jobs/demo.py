@@ -36,6 +36,11 @@ def shuttle_create_request(pipeline: int = 0, mini_batch_size: int = 32, mini_ba
     }
 
 
+def _worst(spokes: list[dict], key: str) -> float | None:
+    values = [s[key] for s in spokes if s.get(key) is not None]
+    return max(values) if values else None
+
+
 def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int = 1,
              execution_mode: str = "thread", limit: int | None = None,
              records_per_message: int = 1, mini_batch_size: int = 32, mini_batches: int = 4,
@@ -112,6 +117,8 @@ def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int
                 "messages_to_spokes": proto["messagesToSpokes"],
                 "bytes_to_hubs": proto["bytesToHubs"], "bytes_to_spokes": proto["bytesToSpokes"],
                 "fitted_per_spoke": final["fittedPerSpoke"],
+                "feedback_round_trip_ms_p50": _worst(final["spokes"], "roundTripMsP50"),
+                "feedback_round_trip_ms_p95": _worst(final["spokes"], "roundTripMsP95"),
                 "spokes": spokes, "hubs": hubs, "execution_mode": execution_mode,
                 "streaming_seconds": t_done - t_stream,
             }

@@ -10,11 +10,12 @@ papers/002_9b954bd89ad87406.txt §3.3.3 (the ``Learn`` trait).
 from __future__ import annotations
 
 import abc
-import inspect
 import math
 from typing import Any, Sequence
 
 import numpy as np
+
+from learning.component import Component
 
 __all__ = ["Learner", "label_key", "as_labels", "as_matrix"]
 
@@ -73,14 +74,14 @@ def as_matrix(X: Any, n_features: int | None = None) -> np.ndarray:
     return X
 
 
-class Learner(abc.ABC):
+class Learner(Component, abc.ABC):
     """An online learner that fits mini-batches and exposes a flat parameter vector.
 
     Subclasses store their constructor arguments unchanged under their own names (which
-    makes :meth:`hyperparameters`, :meth:`clone` and :meth:`to_json` free) and implement
-    :meth:`fit`, :meth:`predict`, :meth:`get_params`, :meth:`set_params` and the two
-    state hooks ``_parameters_json`` / ``_load_parameters``. Optional abilities raise
-    :class:`NotImplementedError`.
+    makes :meth:`hyperparameters`, :meth:`clone` and :meth:`to_json` free, see
+    :class:`learning.component.Component`) and implement :meth:`fit`, :meth:`predict`,
+    :meth:`get_params`, :meth:`set_params` and the two state hooks ``_parameters_json`` /
+    ``_load_parameters``. Optional abilities raise :class:`NotImplementedError`.
 
     Labels are native JSON scalars (bool, int, float, str); predictions are too, never
     numpy scalars.
@@ -196,71 +197,3 @@ class Learner(abc.ABC):
         """
         self.grow(layout)
         return np.array(w, dtype=np.float64)
-
-    # --- hyperparameters, cloning, JSON -------------------------------------------------
-
-    def hyperparameters(self) -> dict:
-        """The constructor arguments by name, as stored (JSON-safe)."""
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
-        return {name: getattr(self, name) for name in names}
-
-    def update_hyperparameters(self, **kw: Any) -> None:
-        """Change hyperparameters at run time; nothing changes if any value is rejected.
-
-        Raises
-        ------
-        learning.errors.HyperparameterError (a ValueError)
-            Naming the parameter, the value and what is allowed.
-        """
-        from learning.errors import check_hyperparameters
-
-        current = self.hyperparameters()
-        check_hyperparameters(type(self).__name__, kw, tuple(current))
-        type(self)(**{**current, **kw})  # validates with the constructor's own checks
-        for name, value in kw.items():
-            setattr(self, name, value)
-        self._on_hyperparameters()
-
-    def _on_hyperparameters(self) -> None:
-        """Hook: refresh anything derived from hyperparameters."""
-
-    def clone(self) -> "Learner":
-        """A fresh, unfitted learner with the same hyperparameters."""
-        return type(self)(**self.hyperparameters())
-
-    def to_json(self) -> dict:
-        """``{"name", "hyperParameters", "parameters"}`` (papers/002 §3.4), JSON-safe."""
-        return {"name": type(self).__name__, "hyperParameters": self.hyperparameters(),
-                "parameters": self._parameters_json()}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "Learner":
-        """Rebuild a learner from :meth:`to_json` output (or a request's learner spec).
-
-        ``hyperParameters`` and ``parameters`` may be missing or null, and so may any
-        field of ``hyperParameters``: defaults are used.
-
-        Raises
-        ------
-        learning.errors.HyperparameterError
-            For a rejected hyperparameter or parameter (its ``name`` says which).
-        """
-        from learning.errors import check_hyperparameters
-
-        hyper = {k: v for k, v in (d.get("hyperParameters") or {}).items() if v is not None}
-        known = tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
-        check_hyperparameters(cls.__name__, hyper, known)
-        learner = cls(**hyper)
-        learner._load_parameters(d.get("parameters") or {})
-        return learner
-
-    def _parameters_json(self) -> dict:
-        raise NotImplementedError(f"{type(self).__name__} cannot be written as JSON")
-
-    def _load_parameters(self, parameters: dict) -> None:
-        if parameters:
-            raise NotImplementedError(f"{type(self).__name__} takes no parameters")
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
-        return f"{type(self).__name__}({args})"

@@ -9,20 +9,22 @@ learning.
 from __future__ import annotations
 
 import abc
-import inspect
-from typing import Any
 
 import numpy as np
+
+from learning.component import Component
 
 __all__ = ["Preprocessor"]
 
 
-class Preprocessor(abc.ABC):
+class Preprocessor(Component, abc.ABC):
     """Running-statistics transformer over ``(n_records, n_features)`` float64 batches.
 
-    Subclasses store constructor arguments unchanged, implement :meth:`learn_transform`,
-    :meth:`transform` and the JSON state hooks ``_parameters_json`` / ``_load_parameters``,
-    and should override :meth:`prequential_transform` with a vectorized version.
+    Subclasses store constructor arguments unchanged (hyperparameters, :meth:`clone` and
+    JSON then come from :class:`learning.component.Component`), implement
+    :meth:`learn_transform`, :meth:`transform` and the JSON state hooks
+    ``_parameters_json`` / ``_load_parameters``, and should override
+    :meth:`prequential_transform` with a vectorized version.
     """
 
     @abc.abstractmethod
@@ -48,13 +50,8 @@ class Preprocessor(abc.ABC):
     def transform(self, X: np.ndarray) -> np.ndarray:
         """Transform with the current statistics, learning nothing (for prediction).
 
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-
-        Returns
-        -------
-        (n_records, n_out) float64
+        Shapes as for :meth:`learn_transform`: ``(n_records, n_features)`` float64 in,
+        ``(n_records, n_out)`` float64 out.
         """
 
     def prequential_transform(self, X: np.ndarray,
@@ -93,64 +90,3 @@ class Preprocessor(abc.ABC):
             empty = self.transform(X[:0])
             return empty, empty
         return np.vstack(tested), np.vstack(learned)
-
-    # --- hyperparameters, cloning, JSON (as for learners) -------------------------------
-
-    def hyperparameters(self) -> dict:
-        """The constructor arguments by name, as stored (JSON-safe)."""
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
-        return {name: getattr(self, name) for name in names}
-
-    def update_hyperparameters(self, **kw: Any) -> None:
-        """Change hyperparameters at run time; nothing changes if any value is rejected.
-
-        Raises
-        ------
-        learning.errors.HyperparameterError (a ValueError)
-            Naming the parameter.
-        """
-        from learning.errors import check_hyperparameters
-
-        current = self.hyperparameters()
-        check_hyperparameters(type(self).__name__, kw, tuple(current))
-        type(self)(**{**current, **kw})
-        for name, value in kw.items():
-            setattr(self, name, value)
-
-    def clone(self) -> "Preprocessor":
-        """A fresh preprocessor, with no statistics, with the same hyperparameters."""
-        return type(self)(**self.hyperparameters())
-
-    def to_json(self) -> dict:
-        """``{"name", "hyperParameters", "parameters"}`` (papers/002 §3.4), JSON-safe."""
-        return {"name": type(self).__name__, "hyperParameters": self.hyperparameters(),
-                "parameters": self._parameters_json()}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "Preprocessor":
-        """Rebuild from :meth:`to_json` output or a request's preprocessor spec.
-
-        Raises
-        ------
-        learning.errors.HyperparameterError
-            For a rejected hyperparameter or parameter.
-        """
-        from learning.errors import check_hyperparameters
-
-        hyper = {k: v for k, v in (d.get("hyperParameters") or {}).items() if v is not None}
-        known = tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
-        check_hyperparameters(cls.__name__, hyper, known)
-        pre = cls(**hyper)
-        pre._load_parameters(d.get("parameters") or {})
-        return pre
-
-    def _parameters_json(self) -> dict:
-        raise NotImplementedError(f"{type(self).__name__} cannot be written as JSON")
-
-    def _load_parameters(self, parameters: dict) -> None:
-        if parameters:
-            raise NotImplementedError(f"{type(self).__name__} takes no parameters")
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
-        return f"{type(self).__name__}({args})"

@@ -15,6 +15,7 @@ products. Technometrics 4(3):419–420.
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import numpy as np
@@ -62,7 +63,81 @@ def _check_count(parameters: dict) -> tuple[int, int | None]:
     return n, d
 
 
-class StandardScaler(Preprocessor):
+class _RunningScaler(Preprocessor):
+    """What both scalers share: ``n`` records learned, their width ``n_features`` and two
+    running per-feature statistics, the attributes named by ``_STATS`` (None before the
+    first record).
+
+    Subclasses compute the statistics after each prefix of a batch (``_prefix``), scale
+    with them (``_scale``) and may check loaded statistics (``_check_loaded``).
+    """
+
+    _STATS: tuple[str, str]
+
+    @abc.abstractmethod
+    def _prefix(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The two statistics after each prefix ``X[:k+1]``: two ``(n_records, n_features)``."""
+
+    @abc.abstractmethod
+    def _scale(self, X: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``X`` scaled with the statistics ``a``, ``b`` (one row each, or broadcast)."""
+
+    def _commit(self, X: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+        """Keep the statistics after the whole batch (the last rows of ``_prefix``)."""
+        self.n += X.shape[0]
+        self.n_features = X.shape[1]
+        for name, prefix in zip(self._STATS, (a, b)):
+            setattr(self, name, prefix[-1].copy())
+
+    def learn_transform(self, X: np.ndarray) -> np.ndarray:
+        """Learn the records in order; record ``i`` is scaled with the statistics of
+        records ``<= i``.
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+
+        Returns
+        -------
+        (n_records, n_features) float64
+
+        Raises
+        ------
+        ValueError
+            If the width differs from the one learned before.
+        """
+        X = _as_batch(X, self.n_features)
+        if X.shape[0] == 0:
+            return X.copy()
+        a, b = self._prefix(X)
+        self._commit(X, a, b)
+        return self._scale(X, a, b)
+
+    def _parameters_json(self) -> dict:
+        stats = {name: getattr(self, name) for name in self._STATS}
+        return {"n": self.n, "n_features": self.n_features,
+                **{name: None if v is None else v.tolist() for name, v in stats.items()}}
+
+    def _load_parameters(self, parameters: dict) -> None:
+        """Load ``{"n", "n_features"}`` and the two statistics named by ``_STATS``.
+
+        Raises
+        ------
+        learning.errors.ParameterError
+            Naming the key that is rejected.
+        """
+        n, d = _check_count(parameters)
+        self.n, self.n_features = n, d
+        if n:
+            for name in self._STATS:
+                setattr(self, name, _check_vector(parameters, name, d))
+            self._check_loaded()
+
+    def _check_loaded(self) -> None:
+        """Hook: reject loaded statistics that are inconsistent (a ParameterError)."""
+
+
+class StandardScaler(_RunningScaler):
     """Running standard scaler: ``(x - mean) / std`` per feature, river-exact.
 
     Mean and (population) variance are running statistics of every record learned so far.
@@ -91,6 +166,8 @@ class StandardScaler(Preprocessor):
     >>> scaler.transform(np.array([[4.0, 6.0]]))
     array([[2., 0.]])
     """
+
+    _STATS = ("mean", "var")
 
     def __init__(self, with_std: bool = True):
         self.with_std = with_std
@@ -123,35 +200,6 @@ class StandardScaler(Preprocessor):
         Z = X - mean
         return _safe_div(Z, np.sqrt(var)) if self.with_std else Z
 
-    def _commit(self, X: np.ndarray, mean: np.ndarray, var: np.ndarray) -> None:
-        self.n += X.shape[0]
-        self.n_features = X.shape[1]
-        self.mean, self.var = mean[-1].copy(), var[-1].copy()
-
-    def learn_transform(self, X: np.ndarray) -> np.ndarray:
-        """Learn the records in order; record ``i`` is scaled with the statistics of
-        records ``<= i``.
-
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-
-        Returns
-        -------
-        (n_records, n_features) float64
-
-        Raises
-        ------
-        ValueError
-            If the width differs from the one learned before.
-        """
-        X = _as_batch(X, self.n_features)
-        if X.shape[0] == 0:
-            return X.copy()
-        mean, var = self._prefix(X)
-        self._commit(X, mean, var)
-        return self._scale(X, mean, var)
-
     def prequential_transform(self, X: np.ndarray, X_test: np.ndarray | None = None
                               ) -> tuple[np.ndarray, np.ndarray]:
         """Vectorized :meth:`Preprocessor.prequential_transform`: ``X_test[i]`` scaled with
@@ -179,29 +227,12 @@ class StandardScaler(Preprocessor):
             return np.zeros_like(X) if self.with_std else X.copy()
         return self._scale(X, self.mean, self.var)
 
-    def _parameters_json(self) -> dict:
-        return {"n": self.n, "n_features": self.n_features,
-                "mean": None if self.mean is None else self.mean.tolist(),
-                "var": None if self.var is None else self.var.tolist()}
-
-    def _load_parameters(self, parameters: dict) -> None:
-        """Load ``{"n", "n_features", "mean", "var"}``.
-
-        Raises
-        ------
-        learning.errors.ParameterError
-            Naming the key that is rejected.
-        """
-        n, d = _check_count(parameters)
-        self.n, self.n_features = n, d
-        if n:
-            self.mean = _check_vector(parameters, "mean", d)
-            self.var = _check_vector(parameters, "var", d)
-            if np.any(self.var < 0):
-                raise ParameterError("var", "var must be >= 0")
+    def _check_loaded(self) -> None:
+        if np.any(self.var < 0):
+            raise ParameterError("var", "var must be >= 0")
 
 
-class MinMaxScaler(Preprocessor):
+class MinMaxScaler(_RunningScaler):
     """Running min-max scaler: ``(x - min) / (max - min)`` per feature, river-exact.
 
     A feature whose range is still 0 maps to 0 (as does everything before the first
@@ -223,6 +254,8 @@ class MinMaxScaler(Preprocessor):
            [0.5]])
     """
 
+    _STATS = ("min", "max")
+
     def __init__(self):
         self.n = 0
         self.n_features: int | None = None
@@ -240,35 +273,6 @@ class MinMaxScaler(Preprocessor):
     @staticmethod
     def _scale(X: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return _safe_div(X - lo, hi - lo)
-
-    def _commit(self, X: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
-        self.n += X.shape[0]
-        self.n_features = X.shape[1]
-        self.min, self.max = lo[-1].copy(), hi[-1].copy()
-
-    def learn_transform(self, X: np.ndarray) -> np.ndarray:
-        """Learn the records in order; record ``i`` is scaled with the extremes of records
-        ``<= i``.
-
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-
-        Returns
-        -------
-        (n_records, n_features) float64 in [0, 1]
-
-        Raises
-        ------
-        ValueError
-            If the width differs from the one learned before.
-        """
-        X = _as_batch(X, self.n_features)
-        if X.shape[0] == 0:
-            return X.copy()
-        lo, hi = self._prefix(X)
-        self._commit(X, lo, hi)
-        return self._scale(X, lo, hi)
 
     def prequential_transform(self, X: np.ndarray, X_test: np.ndarray | None = None
                               ) -> tuple[np.ndarray, np.ndarray]:
@@ -294,23 +298,6 @@ class MinMaxScaler(Preprocessor):
             return np.zeros_like(X)
         return self._scale(X, self.min, self.max)
 
-    def _parameters_json(self) -> dict:
-        return {"n": self.n, "n_features": self.n_features,
-                "min": None if self.min is None else self.min.tolist(),
-                "max": None if self.max is None else self.max.tolist()}
-
-    def _load_parameters(self, parameters: dict) -> None:
-        """Load ``{"n", "n_features", "min", "max"}``.
-
-        Raises
-        ------
-        learning.errors.ParameterError
-            Naming the key that is rejected.
-        """
-        n, d = _check_count(parameters)
-        self.n, self.n_features = n, d
-        if n:
-            self.min = _check_vector(parameters, "min", d)
-            self.max = _check_vector(parameters, "max", d)
-            if np.any(self.max < self.min):
-                raise ParameterError("max", "max must be >= min")
+    def _check_loaded(self) -> None:
+        if np.any(self.max < self.min):
+            raise ParameterError("max", "max must be >= min")

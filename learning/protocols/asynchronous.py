@@ -14,6 +14,8 @@ are aligned with ``project`` on arrival.
 from __future__ import annotations
 
 import hashlib
+import time
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -75,6 +77,8 @@ class AsynchronousSpoke(PipelineSpoke):
         self._pushed: tuple[np.ndarray, dict] | None = None
         self.pushes = 0
         self.globals_received = 0
+        self._pushed_at = 0.0
+        self.round_trips_ms: deque[float] = deque(maxlen=1000)  # push → global, milliseconds
 
     def on_batch_fitted(self, n_records: int) -> None:
         self._since += 1
@@ -94,6 +98,7 @@ class AsynchronousSpoke(PipelineSpoke):
         delta = now - self._in_current(self._base)
         self._pushed = (now, learner.layout())
         self._in_flight = True
+        self._pushed_at = time.monotonic()
         self.pushes += 1
         records, self._since, self._records_since = self._records_since, 0, 0
         self.peers[0].push(delta, learner.layout(), records).then(self._on_global)
@@ -107,6 +112,7 @@ class AsynchronousSpoke(PipelineSpoke):
         learner.set_params(w_global + progress)
         self._base = (w_global, learner.layout())
         self.globals_received += 1
+        self.round_trips_ms.append((time.monotonic() - self._pushed_at) * 1000.0)
         self._in_flight = False
         if self._since >= self.mini_batches:
             self._push()
@@ -114,8 +120,14 @@ class AsynchronousSpoke(PipelineSpoke):
     def statistics(self) -> dict:
         out = super().statistics()
         base = None if self._base is None else self._base[0]
-        out["protocol"] = {"pushes": self.pushes, "globalsReceived": self.globals_received,
-                           "lastGlobalDigest": None if base is None else global_digest(base)}
+        rtt = np.asarray(self.round_trips_ms)
+        out["protocol"] = {
+            "pushes": self.pushes, "globalsReceived": self.globals_received,
+            "lastGlobalDigest": None if base is None else global_digest(base),
+            # the feedback loop's latency: push → global model back through Kafka
+            "roundTripMsP50": float(np.percentile(rtt, 50)) if rtt.size else None,
+            "roundTripMsP95": float(np.percentile(rtt, 95)) if rtt.size else None,
+        }
         return out
 
 
