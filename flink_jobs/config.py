@@ -57,10 +57,17 @@ class JobConfig:
         Kafka consumer group id of the job's sources.
     max_request_bytes : int
         Larger control requests are refused with code ``too_large``.
+    max_message_bytes : int
+        Hub↔spoke envelopes larger than this (bytes) are fragmented and reassembled;
+        below Kafka's default 1 MB ``message.max.bytes``.
     checkpoint_interval_ms : int
         0 disables checkpointing (the default for the local demo).
     jars : tuple[str, ...]
         ``file://`` URLs of the Kafka connector jars.
+    protocol_modules : tuple[str, ...]
+        Python modules (importable on the workers) that register user protocols with
+        :func:`learning.protocols.register_protocol`; imported by every spoke and hub.
+        Job configuration is trusted; requests can only name registered protocols.
     """
 
     bootstrap_servers: str
@@ -74,14 +81,18 @@ class JobConfig:
     startup_mode: str = "earliest-offset"
     group_id: str = "omldm"
     max_request_bytes: int = 1_000_000
+    max_message_bytes: int = 512 * 1024
     checkpoint_interval_ms: int = 0
     topics: Topics = field(default_factory=Topics)
     jars: tuple[str, ...] = ()
+    protocol_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("spokes", "hubs", "bundle_size", "max_request_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_message_bytes < 1024:
+            raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
         for name in ("buffer_timeout_ms", "fetch_max_wait_ms", "bundle_time_ms",
                      "checkpoint_interval_ms"):
             if getattr(self, name) < 0:

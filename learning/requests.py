@@ -149,6 +149,16 @@ def _load(raw: bytes | str | dict, max_bytes: int) -> dict:
     return doc
 
 
+def _registered() -> Collection[str]:
+    """The protocols registered in :mod:`learning.protocols` (built in, or added by the
+    job's ``protocol_modules``)."""
+    try:
+        from learning.protocols import PROTOCOLS
+    except ImportError:  # pragma: no cover - partial installs
+        return IMPLEMENTED_PROTOCOLS
+    return frozenset(PROTOCOLS)
+
+
 def _check_protocol(name: str, implemented: Collection[str], request_id: Any) -> None:
     if name in implemented:
         return
@@ -171,7 +181,8 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
     max_bytes : int
         Largest accepted message, in bytes (not checked for a dict).
     protocols : collection of str or None
-        Protocol names that can be served; None means :data:`IMPLEMENTED_PROTOCOLS`.
+        Protocol names that can be served; None means those registered in
+        :data:`learning.protocols.PROTOCOLS`.
 
     Returns
     -------
@@ -211,7 +222,7 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
             given[key] = int(given[key])
     if "protocol" in given or kind == "Create":
         _check_protocol(given.get("protocol", TRAINING_DEFAULTS["protocol"]),
-                        IMPLEMENTED_PROTOCOLS if protocols is None else protocols,
+                        _registered() if protocols is None else protocols,
                         request_id)
 
     pre_processors = list(doc.get("preProcessors") or [])

@@ -14,6 +14,7 @@ The kernel (Flink, or the in-process kernel of the tests) provides each node a
 :meth:`~middleware.node.Node.deliver`. Nothing here imports Flink or Kafka.
 """
 
+from middleware.codec import Float32, Sparse
 from middleware.envelope import BROADCAST, HUB, SPOKE, Envelope, Kind
 from middleware.errors import (CodecError, OmldmError, PromiseError, RemoteCallError,
                                RemoteInterfaceError)
@@ -24,5 +25,5 @@ from middleware.remote import remote, remote_methods
 __all__ = [
     "BROADCAST", "HUB", "SPOKE", "Envelope", "Kind",
     "OmldmError", "CodecError", "PromiseError", "RemoteCallError", "RemoteInterfaceError",
-    "NetworkContext", "Node", "Promise", "BroadcastPromise", "Call", "remote", "remote_methods",
+    "Float32", "Sparse", "NetworkContext", "Node", "Promise", "BroadcastPromise", "Call", "remote", "remote_methods",
 ]

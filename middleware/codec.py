@@ -10,11 +10,28 @@ Wire format, little-endian::
 messages. The JSON meta holds the payload with every numpy array replaced by
 ``{"__nd__": [offset, nbytes, dtype, shape]}``; the array's bytes are its little-endian
 C-order buffer. Arrays with dtypes other than bool/int/uint/float are refused.
+
+The sender may choose a cheaper form per array:
+
+* :class:`Float32` — the values as little-endian float32 (half the bytes of float64);
+  the receiver gets a float32 array.
+* :class:`Sparse` — only the non-zero entries, as ``{"__sp__": [shape, indices, values]}``
+  (indices int32, or int64 for arrays of 2**31 entries or more; values in the array's
+  dtype or float32); the receiver gets the dense array back.
+
+>>> import numpy as np
+>>> from middleware.envelope import Envelope, Kind
+>>> w = np.zeros(1000); w[[3, 500]] = [1.5, -2.0]
+>>> env = Envelope(0, 0, 1, 1, 0, 0, 7, "push", Kind.REQUEST, [Sparse(w, float32=True)])
+>>> data = encode(env)
+>>> len(data) < 200, decode(data).payload[0][500]
+(True, np.float32(-2.0))
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,13 +40,30 @@ import orjson
 from middleware.envelope import Envelope, Kind
 from middleware.errors import CodecError
 
-__all__ = ["MAGIC", "HEADER", "encode", "decode", "peek", "is_envelope"]
+__all__ = ["MAGIC", "HEADER", "Sparse", "Float32", "encode", "decode", "peek", "is_envelope"]
 
 MAGIC = 0xFF
 VERSION = 1
 HEADER = struct.Struct("<BBIBHBHQQBHI")
 _ND = "__nd__"
+_SP = "__sp__"
 _KINDS = "biuf"
+
+
+@dataclass(frozen=True)
+class Float32:
+    """Wrap an array to send it as float32 (the receiver gets float32 values)."""
+
+    array: np.ndarray
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """Wrap an array to send only its non-zero entries (indices + values); the receiver
+    gets the dense array, in float32 when ``float32`` is set."""
+
+    array: np.ndarray
+    float32: bool = False
 
 
 def is_envelope(data: bytes) -> bool:
@@ -37,7 +71,24 @@ def is_envelope(data: bytes) -> bool:
     return len(data) > 0 and data[0] == MAGIC
 
 
+def _sparse(sp: Sparse, blobs: list[bytes], offset: list[int]) -> dict:
+    a = np.asarray(sp.array)
+    if a.dtype.kind not in _KINDS:
+        raise CodecError(f"cannot encode an array of dtype {a.dtype}")
+    flat = a.reshape(-1)
+    idx = np.flatnonzero(flat)
+    idx = idx.astype("<i4" if flat.size < 2**31 else "<i8", copy=False)
+    vals = flat[idx]
+    if sp.float32:
+        vals = vals.astype("<f4")
+    return {_SP: [list(a.shape), _strip(idx, blobs, offset), _strip(vals, blobs, offset)]}
+
+
 def _strip(obj: Any, blobs: list[bytes], offset: list[int]) -> Any:
+    if isinstance(obj, Sparse):
+        return _sparse(obj, blobs, offset)
+    if isinstance(obj, Float32):
+        obj = np.asarray(obj.array).astype("<f4")
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind not in _KINDS:
             raise CodecError(f"cannot encode an array of dtype {obj.dtype}")
@@ -68,8 +119,28 @@ def _restore(obj: Any, body: memoryview) -> Any:
                 return np.frombuffer(body[off:off + n], dtype=dt).reshape(shape).copy()
             except (TypeError, ValueError) as exc:
                 raise CodecError(f"bad array in payload: {exc}") from exc
+        sp = obj.get(_SP)
+        if sp is not None and len(obj) == 1:
+            return _dense(sp, body)
         return {k: _restore(v, body) for k, v in obj.items()}
     return obj
+
+
+def _dense(sp: Any, body: memoryview) -> np.ndarray:
+    try:
+        shape, idx, vals = sp
+        idx, vals = _restore(idx, body), _restore(vals, body)
+        if not (isinstance(idx, np.ndarray) and isinstance(vals, np.ndarray)):
+            raise ValueError("indices and values must be arrays")
+        size = int(np.prod(shape, dtype=np.int64))
+        if idx.shape != vals.shape or idx.ndim != 1 or idx.dtype.kind not in "iu" or (
+                idx.size and (idx.min() < 0 or idx.max() >= size)):
+            raise ValueError("indices out of range or not matching the values")
+        out = np.zeros(size, dtype=vals.dtype)
+        out[idx] = vals
+        return out.reshape(shape)
+    except (TypeError, ValueError) as exc:
+        raise CodecError(f"bad sparse array in payload: {exc}") from exc
 
 
 def encode(env: Envelope) -> bytes:

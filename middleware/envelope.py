@@ -25,6 +25,7 @@ class Kind(enum.IntEnum):
     REQUEST = 2  # call, answer expected
     RESPONSE = 3  # answer to a REQUEST
     ERROR = 4  # the remote method raised; payload describes the error
+    FRAGMENT = 5  # one piece of a larger encoded envelope: payload [index, count, uint8 array]
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["OmldmError", "CodecError", "RemoteInterfaceError", "RemoteCallError", "PromiseError"]
+import builtins
+
+__all__ = ["OmldmError", "CodecError", "RemoteInterfaceError", "RemoteCallError", "PromiseError",
+           "remote_error"]
 
 
 class OmldmError(Exception):
@@ -49,3 +52,29 @@ class RemoteCallError(OmldmError):
         self.remote_type = remote_type
         self.remote_message = remote_message
         self.remote_traceback = remote_traceback
+
+
+_REMOTE_TYPES: dict[str, type] = {}
+
+
+def remote_error(node: str, method: str, remote_type: str, remote_message: str,
+                 remote_traceback: str = "") -> RemoteCallError:
+    """A :class:`RemoteCallError` that can also be caught as the remote exception's type
+    when that type is a built-in exception (``ValueError``, ``KeyError``, ...): e.g. an
+    error callback may test ``isinstance(err, ValueError)``. Other types (omldm's own,
+    user classes) give a plain RemoteCallError; no name is ever imported from a message.
+    """
+    base = getattr(builtins, remote_type, None)
+    if not (isinstance(base, type) and issubclass(base, Exception)) or base is Exception:
+        return RemoteCallError(node, method, remote_type, remote_message, remote_traceback)
+    cls = _REMOTE_TYPES.get(remote_type)
+    if cls is None:
+        cls = type(f"Remote{remote_type}", (RemoteCallError, base), {"__str__": _str})
+        _REMOTE_TYPES[remote_type] = cls
+    err = cls.__new__(cls)
+    RemoteCallError.__init__(err, node, method, remote_type, remote_message, remote_traceback)
+    return err
+
+
+def _str(self) -> str:
+    return f"{self.remote_type} in {self.method}() on {self.node}: {self.remote_message}"

@@ -20,14 +20,23 @@ import traceback
 from collections import Counter
 from typing import Any, ClassVar, Protocol
 
+import numpy as np
+
 from middleware import codec
 from middleware.channel import Inbox, Outbox
 from middleware.envelope import HUB, SPOKE, Envelope, Kind, side_name
-from middleware.errors import CodecError, PromiseError, RemoteCallError, RemoteInterfaceError
+from middleware.errors import (CodecError, PromiseError, RemoteCallError, RemoteInterfaceError,
+                               remote_error)
 from middleware.promise import BroadcastPromise, Call, Promise
 from middleware.remote import remote_methods
 
-__all__ = ["NetworkContext", "Node", "Proxy", "BroadcastProxy", "NodeStats"]
+__all__ = ["NetworkContext", "Node", "Proxy", "BroadcastProxy", "NodeStats",
+           "DEFAULT_MAX_MESSAGE_BYTES"]
+
+#: Default largest envelope (bytes) sent whole: below Kafka's 1 MB default message size.
+DEFAULT_MAX_MESSAGE_BYTES = 512 * 1024
+#: Room for a fragment's own header and JSON meta (bytes).
+FRAGMENT_OVERHEAD = 256
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +119,7 @@ class Node:
         self._inbox = Inbox()
         self._calls: dict[int, Call] = {}
         self._next_call = 1
+        self._fragments: dict[int, list[bytes]] = {}
         self._rounds: dict[str, BroadcastPromise] = {}  # method -> latest broadcast promise
 
     # -- kernel-facing -------------------------------------------------------------------
@@ -157,15 +167,50 @@ class Node:
             raise first_error
 
     # -- sending -------------------------------------------------------------------------
+    @property
+    def max_message_bytes(self) -> int:
+        """Envelopes larger than this (bytes) travel as fragments; the kernel may set
+        ``ctx.max_message_bytes``; default :data:`DEFAULT_MAX_MESSAGE_BYTES`."""
+        return getattr(self.ctx, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)
+
     def _send(self, dst: int, kind: Kind, method: str, call_id: int, payload: Any) -> None:
         ctx = self.ctx
         env = Envelope(ctx.network, ctx.side, ctx.index, HUB if ctx.side == SPOKE else SPOKE,
                        dst, self._outbox.peek(dst), call_id, method, kind, payload)
         data = codec.encode(env)  # may raise CodecError: take the sequence number only after
-        self._outbox.next_seq(dst)
+        limit = self.max_message_bytes
+        if len(data) <= limit:
+            self._outbox.next_seq(dst)
+            self._ship(dst, kind, data)
+            return
+        # fragments take consecutive sequence numbers on the channel, so the receiver's
+        # FIFO reordering and de-duplication put them back in order before reassembly
+        step = max(1, limit - FRAGMENT_OVERHEAD)
+        pieces = [np.frombuffer(data, np.uint8, count=min(step, len(data) - i), offset=i)
+                  for i in range(0, len(data), step)]
+        for i, piece in enumerate(pieces):
+            frag = Envelope(ctx.network, ctx.side, ctx.index, env.dst_side, dst,
+                            self._outbox.next_seq(dst), call_id, method, Kind.FRAGMENT,
+                            [i, len(pieces), piece])
+            self._ship(dst, Kind.FRAGMENT, codec.encode(frag))
+
+    def _ship(self, dst: int, kind: Kind, data: bytes) -> None:
         self.stats.sent_messages[kind.name] += 1
         self.stats.sent_bytes[kind.name] += len(data)
-        ctx.send(dst, data)
+        self.ctx.send(dst, data)
+
+    def _reassemble(self, env: Envelope) -> Envelope | None:
+        """Collect a fragment; the whole envelope once its last fragment arrived."""
+        index, count, piece = env.payload
+        parts = self._fragments.setdefault(env.src_index, [])
+        if index != len(parts):
+            self._fragments.pop(env.src_index, None)
+            raise CodecError(f"fragment {index} of {count} from {env.src_index} out of order")
+        parts.append(piece.tobytes())
+        if index + 1 < count:
+            return None
+        del self._fragments[env.src_index]
+        return codec.decode(b"".join(parts))
 
     def _call(self, dsts: list[int], method: str, args: tuple, kwargs: dict) -> Call | None:
         entry = remote_methods(self.peer).get(method)
@@ -201,6 +246,10 @@ class Node:
 
     # -- receiving -----------------------------------------------------------------------
     def _dispatch(self, env: Envelope) -> None:
+        if env.kind == Kind.FRAGMENT:
+            env = self._reassemble(env)
+            if env is None:
+                return
         if env.kind in (Kind.RESPONSE, Kind.ERROR):
             call = self._calls.get(env.call_id)
             if call is None:
@@ -210,7 +259,7 @@ class Node:
                 call._answer(True, env.payload)
             else:
                 p = env.payload or {}
-                call._answer(False, RemoteCallError(
+                call._answer(False, remote_error(
                     f"{side_name(env.src_side)} {env.src_index}", env.method, p.get("type", "?"),
                     p.get("message", ""), p.get("traceback", "")))
             if call.done:

@@ -23,6 +23,21 @@ class Promise:
 
     A remote method returns an unfulfilled ``Promise``; the middleware binds it to the
     call and sends the answer to the caller when :meth:`fulfil` (or :meth:`fail`) runs.
+
+    Examples
+    --------
+    A hub that answers pulls only when the next model is ready::
+
+        class Hub(Node):
+            @remote
+            def pull(self):
+                p = Promise()
+                self.waiting.append(p)
+                return p                      # answered later
+
+            def model_ready(self):
+                Promise.fulfil_all(self.waiting, [self.w] * len(self.waiting))
+                self.waiting = []
     """
 
     def __init__(self) -> None:
@@ -103,6 +118,13 @@ class Call:
     """The caller's handle on a remote call: register what happens with the answer(s).
 
     For a broadcast call, the callbacks run once per answer (papers/002 §3.1.2, case 4).
+
+    Examples
+    --------
+    On a spoke::
+
+        self.peers[0].push(delta).then(self.install).on_error(self.log_failure)
+        self.broadcast.pull().then_sync(self.install_shard)   # stream paused until all came
     """
 
     def __init__(self, method: str, expected: int, on_sync_start: Callable[[], None] | None = None,

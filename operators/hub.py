@@ -22,9 +22,10 @@ from learning.errors import RequestError
 from learning.protocols import make_hub
 from learning.requests import parse_request
 from middleware import HUB, codec
+from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 from middleware.errors import CodecError
 from operators.routing import subtask_index
-from operators.spoke import error_response
+from operators.spoke import error_response, import_protocols
 
 __all__ = ["HubFunction"]
 
@@ -40,6 +41,7 @@ class _HubContext:
         self.index = index
         self.n_spokes = op.n_spokes
         self.n_hubs = n_hubs
+        self.max_message_bytes = op.max_message_bytes
 
     def send(self, dst_index: int, data: bytes) -> None:
         self._op.out.append((None, data))
@@ -62,14 +64,24 @@ class HubFunction(KeyedProcessFunction):
     hub_keys : list[int]
         ``hub_keys[j]`` is the Flink key of hub j.
     responses_tag : OutputTag
+    protocol_modules : tuple[str, ...]
+        Modules registering user protocols, imported in ``open``.
+    max_message_bytes : int
+        Envelopes above this size (bytes) are fragmented (psMessages crosses Kafka, whose
+        default message limit is 1 MB).
     """
 
-    def __init__(self, n_spokes: int, hub_keys: list[int], responses_tag) -> None:
+    def __init__(self, n_spokes: int, hub_keys: list[int], responses_tag,
+                 protocol_modules: tuple[str, ...] = (),
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.n_spokes = n_spokes
         self.hub_keys = hub_keys
         self.responses_tag = responses_tag
+        self.protocol_modules = protocol_modules
+        self.max_message_bytes = max_message_bytes
 
     def open(self, runtime_context) -> None:
+        import_protocols(self.protocol_modules)
         self.subtask = subtask_index(runtime_context)
         self.index_of = {k: j for j, k in enumerate(self.hub_keys)}
         self.state = runtime_context.get_map_state(

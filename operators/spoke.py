@@ -19,6 +19,7 @@ record). What must survive a failure lives in the hubs' keyed state.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections import deque
 from typing import Any
@@ -31,13 +32,20 @@ from learning.protocols import make_spoke
 from learning.protocols.base import RecordRejected
 from learning.requests import parse_request
 from middleware import SPOKE, codec
+from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 from middleware.errors import CodecError
 from operators.routing import subtask_index
 
-__all__ = ["SpokeFunction", "error_response"]
+__all__ = ["SpokeFunction", "error_response", "import_protocols"]
 
 log = logging.getLogger(__name__)
 _TRAIN, _PREDICT = "T", "P"
+
+
+def import_protocols(modules: tuple[str, ...]) -> None:
+    """Import the modules that register user protocols (trusted job configuration)."""
+    for name in modules:
+        importlib.import_module(name)
 
 
 def error_response(err: RequestError, request_id: Any = None, pipeline: Any = None,
@@ -58,6 +66,7 @@ class _SpokeContext:
         self.index = op.index
         self.n_spokes = op.n_spokes
         self.n_hubs = n_hubs
+        self.max_message_bytes = op.max_message_bytes
 
     def send(self, dst_index: int, data: bytes) -> None:
         self._op.out.append((self._op.to_hubs_tag, (self._op.hub_keys[dst_index], data)))
@@ -85,10 +94,16 @@ class SpokeFunction(CoProcessFunction):
         Side outputs.
     max_request_bytes : int
         Larger requests are refused with code ``too_large``.
+    protocol_modules : tuple[str, ...]
+        Modules registering user protocols, imported in ``open``.
+    max_message_bytes : int
+        Envelopes above this size (bytes) are fragmented by the middleware.
     """
 
     def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
-                 responses_tag, dead_letters_tag, max_request_bytes: int = 1_000_000) -> None:
+                 responses_tag, dead_letters_tag, max_request_bytes: int = 1_000_000,
+                 protocol_modules: tuple[str, ...] = (),
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.n_spokes = n_spokes
         self.n_hubs = n_hubs
         self.hub_keys = hub_keys
@@ -96,8 +111,11 @@ class SpokeFunction(CoProcessFunction):
         self.responses_tag = responses_tag
         self.dead_letters_tag = dead_letters_tag
         self.max_request_bytes = max_request_bytes
+        self.protocol_modules = protocol_modules
+        self.max_message_bytes = max_message_bytes
 
     def open(self, runtime_context) -> None:
+        import_protocols(self.protocol_modules)
         self.index = subtask_index(runtime_context)
         self.nodes: dict[int, Any] = {}
         self.out: list[tuple[Any, Any]] = []

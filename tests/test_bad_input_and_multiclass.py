@@ -11,8 +11,10 @@ import pytest
 from sklearn.datasets import load_digits
 
 from flink_jobs.demo import shuttle_create_request
+from flink_jobs.kafka_io import TopicReader
 from flink_jobs.session import Session, local_config
 from learning.datasets import shuttle
+from middleware import Kind, codec
 
 
 def test_bad_records_and_requests_are_answered_counted_and_harmless(broker):
@@ -62,7 +64,9 @@ def test_multiclass_digits_through_the_whole_loop(broker):
     digits = load_digits()
     X = np.tile(digits.data, (3, 1))  # three passes, in order
     y = np.tile(digits.target, 3)
-    cfg = local_config(broker.bootstrap_servers, topic_prefix="digits-", spokes=2, hubs=1)
+    # 2 KB messages: the 5.2 KB model travels hub → Kafka → spoke as fragments
+    cfg = local_config(broker.bootstrap_servers, topic_prefix="digits-", spokes=2, hubs=1,
+                       max_message_bytes=2048)
     req = {"id": 5, "request": "Create", "requestId": "digits",
            "preProcessors": [{"name": "StandardScaler"}],
            "learner": {"name": "PA", "hyperParameters": {"C": 0.01, "mode": 1}},
@@ -73,6 +77,10 @@ def test_multiclass_digits_through_the_whole_loop(broker):
         held, n_train, n_fore = s.stream(X, y)
         final = s.wait_until_counted(5, n_train, n_fore, timeout=120)
         preds = s.predictions_of(5)
+        feedback = TopicReader(broker.bootstrap_servers, cfg.topics.ps_messages, json=False)
+        kinds = [codec.decode(b).kind for b in feedback.drain(idle_ms=1000)]
+        feedback.close()
+    assert Kind.FRAGMENT in kinds and len(kinds) >= 3 * final["protocol"]["updates"]
     assert final["model"]["layout"]["classes"] == list(range(10))
     assert final["model"]["size"] == 10 * 65
     # forecasting and training are separate topics, read independently: a forecasting

@@ -7,16 +7,45 @@ Create request; the kernel attaches them to its network contexts.
 
 from __future__ import annotations
 
+import inspect
+
 from learning.errors import RequestError
 from learning.protocols.asynchronous import AsynchronousHub, AsynchronousSpoke
 from learning.protocols.base import PipelineHub, PipelineSpoke
 
-__all__ = ["PROTOCOLS", "make_spoke", "make_hub", "PipelineSpoke", "PipelineHub",
+__all__ = ["PROTOCOLS", "register_protocol", "make_spoke", "make_hub", "PipelineSpoke", "PipelineHub",
            "AsynchronousSpoke", "AsynchronousHub"]
 
 PROTOCOLS: dict[str, tuple[type[PipelineSpoke], type[PipelineHub]]] = {
     "Asynchronous": (AsynchronousSpoke, AsynchronousHub),
 }
+
+
+def register_protocol(name: str, spoke: type[PipelineSpoke], hub: type[PipelineHub]) -> None:
+    """Make a protocol available to Create requests under ``name``.
+
+    A job loads user protocols by importing the modules named in its configuration
+    (``JobConfig.protocol_modules``), which call this at import time.
+
+    Raises
+    ------
+    TypeError
+        When the classes are not a PipelineSpoke / PipelineHub pair.
+    ValueError
+        When ``name`` is taken by another pair.
+    """
+    if not (issubclass(spoke, PipelineSpoke) and issubclass(hub, PipelineHub)):
+        raise TypeError(f"protocol {name!r}: need a PipelineSpoke and a PipelineHub subclass")
+    old = PROTOCOLS.get(name)
+    if old is not None and [_origin(c) for c in old] != [_origin(spoke), _origin(hub)]:
+        raise ValueError(f"protocol {name!r} is already registered by {old[0].__module__}")
+    PROTOCOLS[name] = (spoke, hub)
+
+
+def _origin(cls: type) -> tuple[str, str]:
+    """Where a class is defined: the same module imported under two names (a test
+    collector does that) registers the same protocol, not a rival one."""
+    return inspect.getfile(cls), cls.__qualname__
 
 
 def _pair(request) -> tuple[type[PipelineSpoke], type[PipelineHub]]:
