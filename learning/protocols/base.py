@@ -56,6 +56,7 @@ class PipelineSpoke(Node):
         self.mini_batches = int(cfg["miniBatches"])
         self.pipeline = _build_pipeline(request)
         self.n_features = _n_features(request)
+        self._supervised = getattr(self.pipeline.learner, "supervised", True)
         self._X: list[list[float]] = []
         self._y: list[Any] = []
         self.fitted = self.predicted = self.rejected = self.correct = self.batches = 0
@@ -81,6 +82,8 @@ class PipelineSpoke(Node):
         """
         try:
             self._check(features)
+            if label is None and self._supervised:
+                raise RecordRejected("a training record needs a 'label' for this learner")
         except RecordRejected:
             self.rejected += 1
             raise
