@@ -60,6 +60,14 @@ class JobConfig:
     max_message_bytes : int
         Hub↔spoke envelopes larger than this (bytes) are fragmented and reassembled;
         below Kafka's default 1 MB ``message.max.bytes``.
+    max_pipelines : int
+        Pipelines the service runs at most; more Creates get ``too_many_pipelines``.
+    max_model_params : int
+        A Create or Update whose integer hyperparameters (sizes) exceed it gets
+        ``too_large`` (e.g. a 10⁹-wide model), before anything is allocated.
+    max_response_params : int
+        Query responses carry the global model's parameters up to this many; above it a
+        summary with ``truncated: true``.
     checkpoint_interval_ms : int
         0 disables checkpointing (the default for the local demo).
     jars : tuple[str, ...]
@@ -82,13 +90,24 @@ class JobConfig:
     group_id: str = "omldm"
     max_request_bytes: int = 1_000_000
     max_message_bytes: int = 512 * 1024
+    max_pipelines: int = 64
+    max_model_params: int = 10_000_000
+    max_response_params: int = 10_000
     checkpoint_interval_ms: int = 0
     topics: Topics = field(default_factory=Topics)
     jars: tuple[str, ...] = ()
     protocol_modules: tuple[str, ...] = ()
 
+    def limits(self) -> dict:
+        """The service limits the operators enforce."""
+        return {"max_request_bytes": self.max_request_bytes, "max_pipelines": self.max_pipelines,
+                "max_model_params": self.max_model_params,
+                "max_message_bytes": self.max_message_bytes,
+                "max_response_params": self.max_response_params}
+
     def __post_init__(self) -> None:
-        for name in ("spokes", "hubs", "bundle_size", "max_request_bytes"):
+        for name in ("spokes", "hubs", "bundle_size", "max_request_bytes", "max_pipelines",
+                     "max_model_params", "max_response_params"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_message_bytes < 1024:

@@ -127,14 +127,12 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
 
     spokes = (data.connect(messages)
               .process(SpokeFunction(cfg.spokes, cfg.hubs, keys, to_hubs_tag, responses_tag,
-                                     dead_tag, cfg.max_request_bytes, cfg.protocol_modules,
-                                     cfg.max_message_bytes),
+                                     dead_tag, cfg.limits(), cfg.protocol_modules),
                        output_type=Types.STRING())
               .name("spokes").uid("spokes").set_parallelism(cfg.spokes))
     hubs = (spokes.get_side_output(to_hubs_tag)
             .key_by(lambda m: m[0], key_type=Types.INT())
-            .process(HubFunction(cfg.spokes, keys, responses_tag, cfg.protocol_modules,
-                                 cfg.max_message_bytes),
+            .process(HubFunction(cfg.spokes, keys, responses_tag, cfg.limits(), cfg.protocol_modules),
                      output_type=bytes_type)
             .name("hubs").uid("hubs").set_parallelism(cfg.hubs))
 

@@ -22,10 +22,9 @@ from learning.errors import RequestError
 from learning.protocols import make_hub
 from learning.requests import parse_request
 from middleware import HUB, codec
-from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 from middleware.errors import CodecError
 from operators.routing import subtask_index
-from operators.spoke import error_response, import_protocols
+from operators.spoke import DEFAULT_LIMITS, error_response, import_protocols
 
 __all__ = ["HubFunction"]
 
@@ -42,6 +41,7 @@ class _HubContext:
         self.n_spokes = op.n_spokes
         self.n_hubs = n_hubs
         self.max_message_bytes = op.max_message_bytes
+        self.max_response_params = op.limits["max_response_params"]
 
     def send(self, dst_index: int, data: bytes) -> None:
         self._op.out.append((None, data))
@@ -64,21 +64,22 @@ class HubFunction(KeyedProcessFunction):
     hub_keys : list[int]
         ``hub_keys[j]`` is the Flink key of hub j.
     responses_tag : OutputTag
+    limits : dict
+        As for :class:`~operators.spoke.SpokeFunction` (``max_message_bytes``: envelopes
+        above it are fragmented, since psMessages crosses Kafka, whose default message
+        limit is 1 MB; ``max_response_params``: larger models are summarized in Query).
     protocol_modules : tuple[str, ...]
         Modules registering user protocols, imported in ``open``.
-    max_message_bytes : int
-        Envelopes above this size (bytes) are fragmented (psMessages crosses Kafka, whose
-        default message limit is 1 MB).
     """
 
     def __init__(self, n_spokes: int, hub_keys: list[int], responses_tag,
-                 protocol_modules: tuple[str, ...] = (),
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 limits: dict | None = None, protocol_modules: tuple[str, ...] = ()) -> None:
         self.n_spokes = n_spokes
         self.hub_keys = hub_keys
         self.responses_tag = responses_tag
+        self.limits = {**DEFAULT_LIMITS, **(limits or {})}
+        self.max_message_bytes = self.limits["max_message_bytes"]
         self.protocol_modules = protocol_modules
-        self.max_message_bytes = max_message_bytes
 
     def open(self, runtime_context) -> None:
         import_protocols(self.protocol_modules)
@@ -142,35 +143,44 @@ class HubFunction(KeyedProcessFunction):
         return node
 
     def _control(self, hub: int, msg: dict) -> None:
-        op = msg["op"]
+        """Pipeline lifecycle from the spokes: every spoke forwards each Create, Update and
+        Delete it accepted (numbered alike on all spokes, as all see the requests in the
+        same order); the hub acts on the first copy and answers after the last."""
+        op, n = msg["op"], msg["n"]
+        req = parse_request(msg["request"])
+        pid = req.id
+        got = self.copies.setdefault((hub, pid, n), set())
+        first = not got
+        got.add(msg["spoke"])
+        if first:
+            try:
+                if op == "create" and (hub, pid) not in self.nodes:
+                    self._save(hub, pid, self._attach(hub, req))
+                elif op == "update":
+                    node = self.nodes.get((hub, pid)) or self._restore(hub, pid)
+                    node.update(req)
+                    self._save(hub, pid, node)
+                elif op == "delete":
+                    self.nodes.pop((hub, pid), None)
+                    self.state.remove(pid)
+            except RequestError as err:  # the spokes accepted it: should not happen
+                log.error("hub %d: %s of pipeline %d failed: %s", hub, op, pid, err)
+                self.copies.pop((hub, pid, n), None)
+                if hub == 0:
+                    self.emit(error_response(err, req.request_id, pid, req.request))
+                return
+        if len(got) < self.n_spokes:
+            return
+        del self.copies[(hub, pid, n)]
+        if hub != 0:
+            return
+        answer = {"requestId": req.request_id, "id": pid, "request": req.request, "status": "ok"}
         if op == "create":
-            req = parse_request(msg["request"])
-            key = (hub, req.id, "create")
-            if (hub, req.id) not in self.nodes:
-                try:
-                    node = self._attach(hub, req)
-                except RequestError as err:  # spokes validated it already; be safe anyway
-                    if hub == 0:
-                        self.emit(error_response(err, req.request_id, req.id, "Create"))
-                    return
-                self._save(hub, req.id, node)
-            got = self.copies.setdefault(key, set())
-            got.add(msg["spoke"])
-            if len(got) == self.n_spokes:
-                del self.copies[key]
-                if hub == 0:
-                    self.emit({"requestId": req.request_id, "id": req.id, "request": "Create",
-                               "status": "ok", "spokes": self.n_spokes,
-                               "hubs": int(req.training_configuration["hubParallelism"])})
-        elif op == "delete":
-            pid = msg["id"]
-            key = (hub, pid, "delete")
-            self.nodes.pop((hub, pid), None)
-            self.state.remove(pid)
-            got = self.copies.setdefault(key, set())
-            got.add(msg["spoke"])
-            if len(got) == self.n_spokes:
-                del self.copies[key]
-                if hub == 0:
-                    self.emit({"requestId": msg.get("requestId"), "id": pid, "request": "Delete",
-                               "status": "ok"})
+            answer.update(spokes=self.n_spokes, hubs=int(req.training_configuration["hubParallelism"]))
+        elif op == "update":
+            node = self.nodes[(hub, pid)]
+            answer.update(learner={"name": node.request.learner["name"],
+                                   "hyperParameters": node.learner.hyperparameters()},
+                          preProcessors=node.request.pre_processors,
+                          trainingConfiguration=node.request.training_configuration)
+        self.emit(answer)

@@ -36,7 +36,7 @@ from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 from middleware.errors import CodecError
 from operators.routing import subtask_index
 
-__all__ = ["SpokeFunction", "error_response", "import_protocols"]
+__all__ = ["SpokeFunction", "DEFAULT_LIMITS", "error_response", "import_protocols"]
 
 log = logging.getLogger(__name__)
 _TRAIN, _PREDICT = "T", "P"
@@ -46,6 +46,36 @@ def import_protocols(modules: tuple[str, ...]) -> None:
     """Import the modules that register user protocols (trusted job configuration)."""
     for name in modules:
         importlib.import_module(name)
+
+
+DEFAULT_LIMITS = {"max_request_bytes": 1_000_000, "max_pipelines": 64,
+                  "max_model_params": 10_000_000, "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
+                  "max_response_params": 10_000}
+
+
+def _check_sizes(req, limit: int) -> None:
+    """Refuse absurd sizes (a 10⁹-wide model) before anything is allocated: any integer
+    hyperparameter (or integer in a list of them, e.g. layer sizes) and any top-level
+    integer parameter (e.g. ``n_features``) above ``limit``."""
+    def too_big(value) -> bool:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and float(value).is_integer() and value > limit)
+
+    specs = [("learner", req.learner or {})] + [
+        (f"preProcessors[{i}]", p) for i, p in enumerate(req.pre_processors)]
+    for where, spec in specs:
+        for key, value in ((spec or {}).get("hyperParameters") or {}).items():
+            values = value if isinstance(value, list) else [value]
+            for v in values:
+                if too_big(v):
+                    raise RequestError("too_large", f"{where}.hyperParameters.{key} = {v} exceeds "
+                                       f"the service's max_model_params = {limit}",
+                                       f"{where}.hyperParameters.{key}")
+        for key, value in ((spec or {}).get("parameters") or {}).items():
+            if too_big(value):
+                raise RequestError("too_large", f"{where}.parameters.{key} = {value} exceeds "
+                                   f"the service's max_model_params = {limit}",
+                                   f"{where}.parameters.{key}")
 
 
 def error_response(err: RequestError, request_id: Any = None, pipeline: Any = None,
@@ -67,6 +97,7 @@ class _SpokeContext:
         self.n_spokes = op.n_spokes
         self.n_hubs = n_hubs
         self.max_message_bytes = op.max_message_bytes
+        self.max_response_params = op.limits["max_response_params"]
 
     def send(self, dst_index: int, data: bytes) -> None:
         self._op.out.append((self._op.to_hubs_tag, (self._op.hub_keys[dst_index], data)))
@@ -92,27 +123,28 @@ class SpokeFunction(CoProcessFunction):
         ``hub_keys[j]`` is the key that Flink routes to hub subtask j.
     to_hubs_tag, responses_tag, dead_letters_tag : OutputTag
         Side outputs.
-    max_request_bytes : int
-        Larger requests are refused with code ``too_large``.
+    limits : dict
+        Service limits, defaults in :data:`DEFAULT_LIMITS`: ``max_request_bytes`` (larger
+        requests: ``too_large``), ``max_pipelines`` (more: ``too_many_pipelines``),
+        ``max_model_params`` (a learner hyperparameter or parameter above it, e.g. a
+        10⁹-wide model: ``too_large``), ``max_message_bytes`` (larger envelopes are
+        fragmented), ``max_response_params`` (larger models are summarized in Query).
     protocol_modules : tuple[str, ...]
         Modules registering user protocols, imported in ``open``.
-    max_message_bytes : int
-        Envelopes above this size (bytes) are fragmented by the middleware.
     """
 
     def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
-                 responses_tag, dead_letters_tag, max_request_bytes: int = 1_000_000,
-                 protocol_modules: tuple[str, ...] = (),
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 responses_tag, dead_letters_tag, limits: dict | None = None,
+                 protocol_modules: tuple[str, ...] = ()) -> None:
         self.n_spokes = n_spokes
         self.n_hubs = n_hubs
         self.hub_keys = hub_keys
         self.to_hubs_tag = to_hubs_tag
         self.responses_tag = responses_tag
         self.dead_letters_tag = dead_letters_tag
-        self.max_request_bytes = max_request_bytes
+        self.limits = {**DEFAULT_LIMITS, **(limits or {})}
+        self.max_message_bytes = self.limits["max_message_bytes"]
         self.protocol_modules = protocol_modules
-        self.max_message_bytes = max_message_bytes
 
     def open(self, runtime_context) -> None:
         import_protocols(self.protocol_modules)
@@ -123,6 +155,9 @@ class SpokeFunction(CoProcessFunction):
         self.backlog: deque[str] = deque()
         self.records_without_pipeline = 0
         self.bad_messages = 0
+        self.requests_accepted = 0
+        self.requests_rejected = 0
+        self.controls = 0
 
     # -- outputs -------------------------------------------------------------------------
     def emit(self, stream: str, value: dict) -> None:
@@ -197,33 +232,51 @@ class SpokeFunction(CoProcessFunction):
 
     def _envelope(self, data: bytes) -> None:
         try:
-            network, *_ , dst_side, dst_index = codec.peek(data)
+            network, *_, dst_side, dst_index = codec.peek(data)
             node = self.nodes.get(network)
             if node is None or dst_side != SPOKE or dst_index != self.index:
-                self.bad_messages += 1
+                self.bad_messages += 1  # e.g. in flight when its pipeline was deleted
                 return
             node.deliver(data)
-        except CodecError:
+        except CodecError as exc:
+            # garbage starting with 0xFF: on psMessages it is routed to spoke 0, on
+            # requests it reaches every spoke; spoke 0 answers it either way, once
             self.bad_messages += 1
-            log.warning("spoke %d: dropped a malformed envelope", self.index)
+            if self.index == 0:
+                self._reject(RequestError("invalid_message", f"not a valid message: {exc}"))
+
+    def _reject(self, err: RequestError, req=None) -> None:
+        self.requests_rejected += 1
+        if self.index == 0:  # one spoke answers errors, so each request is answered once
+            self.emit("responses", error_response(
+                err, getattr(req, "request_id", getattr(err, "request_id", None)),
+                getattr(req, "id", None), getattr(req, "request", None)))
 
     def _request(self, data: bytes) -> None:
-        lead = self.index == 0  # one spoke answers errors, so each request is answered once
         try:
-            req = parse_request(data, max_bytes=self.max_request_bytes)
+            req = parse_request(data, max_bytes=self.limits["max_request_bytes"])
         except RequestError as err:
-            if lead:
-                self.emit("responses", error_response(err, getattr(err, "request_id", None)))
+            self._reject(err)
             return
         try:
-            getattr(self, "_" + req.request.lower())(req, lead)
+            getattr(self, "_" + req.request.lower())(req)
+            self.requests_accepted += 1
         except RequestError as err:
-            if lead:
-                self.emit("responses", error_response(err, req.request_id, req.id, req.request))
+            self._reject(err, req)
 
-    def _create(self, req, lead: bool) -> None:
+    def service(self) -> dict:
+        """This spoke's service counters (summed over spokes in a Query response)."""
+        return {"pipelines": len(self.nodes), "requestsAccepted": self.requests_accepted,
+                "requestsRejected": self.requests_rejected, "badMessages": self.bad_messages,
+                "recordsWithoutPipeline": self.records_without_pipeline}
+
+    def _create(self, req) -> None:
         if req.id in self.nodes:
             raise RequestError("exists", f"pipeline {req.id} exists", "id")
+        if len(self.nodes) >= self.limits["max_pipelines"]:
+            raise RequestError("too_many_pipelines", f"the service runs its maximum of "
+                               f"{self.limits['max_pipelines']} pipelines", "id")
+        _check_sizes(req, self.limits["max_model_params"])
         m = int(req.training_configuration["hubParallelism"])
         if m > self.n_hubs:
             raise RequestError("too_many_hubs", f"hubParallelism {m} > the job's {self.n_hubs} hubs",
@@ -233,18 +286,22 @@ class SpokeFunction(CoProcessFunction):
         self.nodes[req.id] = node
         self._control(m, {"op": "create", "spoke": self.index, "request": req.to_json()})
 
-    def _delete(self, req, lead: bool) -> None:
+    def _delete(self, req) -> None:
         node = self._node(req)
+        node.flush()
         del self.nodes[req.id]
-        self._control(node.ctx.n_hubs, {"op": "delete", "spoke": self.index, "id": req.id,
-                                        "requestId": req.request_id})
+        self._control(node.ctx.n_hubs, {"op": "delete", "spoke": self.index,
+                                        "request": req.to_json()})
 
-    def _query(self, req, lead: bool) -> None:
-        self._node(req).on_query(req.request_id)
+    def _query(self, req) -> None:
+        self._node(req).on_query(req.request_id, self.service())
 
-    def _update(self, req, lead: bool) -> None:
-        self._node(req)
-        raise RequestError("unsupported", "Update is not implemented yet", "request")
+    def _update(self, req) -> None:
+        node = self._node(req)
+        _check_sizes(req, self.limits["max_model_params"])
+        node.update(req)
+        self._control(node.ctx.n_hubs, {"op": "update", "spoke": self.index,
+                                        "request": req.to_json()})
 
     def _node(self, req):
         node = self.nodes.get(req.id)
@@ -253,6 +310,7 @@ class SpokeFunction(CoProcessFunction):
         return node
 
     def _control(self, n_hubs: int, msg: dict) -> None:
-        data = orjson.dumps(msg)
+        self.controls += 1  # the same numbering on every spoke: they see the same requests
+        data = orjson.dumps({**msg, "n": self.controls})
         for j in range(n_hubs):
             self.out.append((self.to_hubs_tag, (self.hub_keys[j], data)))

@@ -7,12 +7,14 @@ the environment through a special control API").
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from learning.pipeline import Pipeline
 from learning.registry import make_learner, make_preprocessor
+from learning.update import apply_update
 from middleware import Node, remote
 
 __all__ = ["PipelineSpoke", "PipelineHub", "RecordRejected"]
@@ -23,7 +25,7 @@ class RecordRejected(ValueError):
 
 
 def _build_pipeline(request) -> Pipeline:
-    return Pipeline([make_preprocessor(p) for p in request.pre_processors],
+    return Pipeline([make_preprocessor(p, i) for i, p in enumerate(request.pre_processors)],
                     make_learner(request.learner))
 
 
@@ -143,12 +145,31 @@ class PipelineSpoke(Node):
         """Protocol hook: a mini-batch of ``n_records`` was just fitted."""
 
     # -- control -------------------------------------------------------------------------
-    def on_query(self, request_id: Any) -> None:
-        """Fit what is buffered, then report this spoke's statistics to hub 0, which
-        answers the Query once every spoke has reported."""
+    def on_query(self, request_id: Any, service: dict | None = None) -> None:
+        """Fit what is buffered, then report this spoke's statistics (and the kernel's
+        ``service`` counters) to hub 0, which answers once every spoke has reported."""
         self.flush()
         self.queries += 1
-        self.peers[0].report(self.queries, request_id, self.statistics())
+        stats = self.statistics()
+        stats["service"] = service or {}
+        self.peers[0].report(self.queries, request_id, stats)
+
+    def update(self, request) -> None:
+        """Apply an Update request (hyperparameters, mini-batching); the model is kept.
+
+        Raises
+        ------
+        RequestError
+            Nothing changed (see :func:`learning.update.apply_update`).
+        """
+        self.request = apply_update(self.request, request, self.pipeline)
+        cfg = self.request.training_configuration
+        self.mini_batch_size = int(cfg["miniBatchSize"])
+        self.mini_batches = int(cfg["miniBatches"])
+        self.on_update()
+
+    def on_update(self) -> None:
+        """Protocol hook: ``self.request.training_configuration`` may have changed."""
 
     def statistics(self) -> dict:
         return {
@@ -178,16 +199,50 @@ class PipelineHub(Node):
             del self._reports[query]
             self.ctx.emit("responses", self.query_response(request_id, [got[i] for i in sorted(got)]))
 
+    def update(self, request) -> None:
+        """Apply an Update request to the hub's copy of the definition and learner."""
+        holder = SimpleNamespace(learner=self.learner, preprocessors=[
+            make_preprocessor(p, i) for i, p in enumerate(self.request.pre_processors)])
+        self.request = apply_update(self.request, request, holder)
+
     def global_statistics(self) -> dict:
         """Protocol statistics of this hub (protocols extend it)."""
         return {"name": self.request.training_configuration["protocol"], "updates": self.updates}
 
-    def query_response(self, request_id: Any, spokes: list[dict], model_limit: int = 10_000) -> dict:
+    def model_summary(self, limit: int) -> dict:
+        """The global model for a Query: its parameters as a JSON array when it has at
+        most ``limit`` of them, else a size-bounded summary with ``truncated: true``."""
+        try:
+            w = self.learner.get_params()
+        except NotImplementedError:
+            return {"available": False, "reason": f"{type(self.learner).__name__} has no "
+                    "parameter vector (not averageable)"}
+        finite = w[np.isfinite(w)]
+        out = {"available": True, "size": int(w.size), "layout": self.learner.layout(),
+               "truncated": bool(w.size > limit)}
+        if w.size > limit:
+            out["summary"] = {
+                "l2Norm": float(np.linalg.norm(finite)), "nonFinite": int(w.size - finite.size),
+                "min": float(finite.min()) if finite.size else None,
+                "max": float(finite.max()) if finite.size else None,
+                "mean": float(finite.mean()) if finite.size else None,
+                "head": [float(x) for x in w[:16]]}
+            out["params"] = []
+        else:
+            out["params"] = [x if math.isfinite(x) else None for x in w.tolist()]
+        return out
+
+    def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
+        """The answer to a Query, from every spoke's statistics and this hub's model."""
+        limit = getattr(self.ctx, "max_response_params", 10_000)
         fitted = sum(s["fitted"] for s in spokes)
         correct = sum(s["correct"] for s in spokes)
         loss = sum(s["loss"] for s in spokes)
-        w = self.learner.get_params()
         net = [s["network"] for s in spokes]
+        service: dict = {}
+        for s in spokes:
+            for k, v in s.get("service", {}).items():
+                service[k] = max(service.get(k, 0), v) if k == "pipelines" else service.get(k, 0) + v
         proto = self.global_statistics()
         proto.update({
             "messagesToHubs": sum(n["messages_sent"] for n in net),
@@ -214,8 +269,9 @@ class PipelineHub(Node):
                 **s.get("protocol", {})} for s in spokes],
             "learner": {"name": self.request.learner["name"],
                         "hyperParameters": self.learner.hyperparameters()},
-            "model": {"size": int(w.size), "layout": self.learner.layout(),
-                      "truncated": bool(w.size > model_limit),
-                      "params": [] if w.size > model_limit else
-                      [x if math.isfinite(x) else None for x in w.tolist()]},
+            "preProcessors": [{"name": p["name"], "hyperParameters": p.get("hyperParameters") or {}}
+                              for p in self.request.pre_processors],
+            "trainingConfiguration": self.request.training_configuration,
+            "service": service,
+            "model": self.model_summary(limit),
         }
