@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from flink_jobs.connection import KafkaConnection
+
 __all__ = ["Topics", "JobConfig"]
 
 
@@ -60,6 +62,10 @@ class JobConfig:
     max_message_bytes : int
         Hub↔spoke envelopes larger than this (bytes) are fragmented and reassembled;
         below Kafka's default 1 MB ``message.max.bytes``.
+    max_fetch_bytes : int
+        Largest Kafka record the ``requests`` source fetches (bytes, default 256 MiB): a
+        request too large for ``max_request_bytes`` must still be fetched to be refused,
+        or it would stop the topic.
     max_pipelines : int
         Pipelines the service runs at most; more Creates get ``too_many_pipelines``.
     max_model_params : int
@@ -72,6 +78,9 @@ class JobConfig:
         0 disables checkpointing (the default for the local demo).
     jars : tuple[str, ...]
         ``file://`` URLs of the Kafka connector jars.
+    connection : KafkaConnection
+        Security settings for every Kafka client of the job and of the driver
+        (``bootstrap_servers`` above is the address).
     protocol_modules : tuple[str, ...]
         Python modules (importable on the workers) that register user protocols with
         :func:`learning.protocols.register_protocol`; imported by every spoke and hub.
@@ -90,6 +99,7 @@ class JobConfig:
     group_id: str = "omldm"
     max_request_bytes: int = 1_000_000
     max_message_bytes: int = 512 * 1024
+    max_fetch_bytes: int = 256 * 1024 * 1024
     max_pipelines: int = 64
     max_model_params: int = 10_000_000
     max_response_params: int = 10_000
@@ -97,6 +107,7 @@ class JobConfig:
     topics: Topics = field(default_factory=Topics)
     jars: tuple[str, ...] = ()
     protocol_modules: tuple[str, ...] = ()
+    connection: KafkaConnection = field(default_factory=KafkaConnection)
 
     def limits(self) -> dict:
         """The service limits the operators enforce."""

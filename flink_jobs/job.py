@@ -59,22 +59,31 @@ def create_environment(cfg: JobConfig) -> StreamExecutionEnvironment:
     return env
 
 
-def _kafka_bytes_source(cfg: JobConfig, topic: str) -> KafkaSource:
+def _kafka_bytes_source(cfg: JobConfig, topic: str, max_fetch_bytes: int | None = None) -> KafkaSource:
     start = (KafkaOffsetsInitializer.earliest() if cfg.startup_mode == "earliest-offset"
              else KafkaOffsetsInitializer.latest())
-    return (KafkaSource.builder().set_bootstrap_servers(cfg.bootstrap_servers)
-            .set_topics(topic).set_group_id(f"{cfg.group_id}-{topic}")
-            .set_starting_offsets(start).set_value_only_deserializer(ByteArraySchema())
-            .set_property("fetch.max.wait.ms", str(cfg.fetch_max_wait_ms))
-            .set_property("partition.discovery.interval.ms", "10000").build())
+    builder = (KafkaSource.builder().set_bootstrap_servers(cfg.bootstrap_servers)
+               .set_topics(topic).set_group_id(f"{cfg.group_id}-{topic}")
+               .set_starting_offsets(start).set_value_only_deserializer(ByteArraySchema())
+               .set_property("fetch.max.wait.ms", str(cfg.fetch_max_wait_ms))
+               .set_property("partition.discovery.interval.ms", "10000"))
+    if max_fetch_bytes:  # an oversized record must not wedge the topic: fetch it, refuse it
+        builder = (builder.set_property("max.partition.fetch.bytes", str(max_fetch_bytes))
+                   .set_property("fetch.max.bytes", str(max_fetch_bytes)))
+    for key, value in cfg.connection.java_properties().items():
+        builder = builder.set_property(key, value)
+    return builder.build()
 
 
 def _kafka_sink(cfg: JobConfig, topic: str, schema) -> KafkaSink:
-    return (KafkaSink.builder().set_bootstrap_servers(cfg.bootstrap_servers)
-            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
-                                   .set_value_serialization_schema(schema).build())
-            .set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE)
-            .set_property("linger.ms", "1").build())
+    builder = (KafkaSink.builder().set_bootstrap_servers(cfg.bootstrap_servers)
+               .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
+                                      .set_value_serialization_schema(schema).build())
+               .set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE)
+               .set_property("linger.ms", "1"))
+    for key, value in cfg.connection.java_properties().items():
+        builder = builder.set_property(key, value)
+    return builder.build()
 
 
 def _destination(data: bytes) -> int:
@@ -93,6 +102,8 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
     t = cfg.topics
     t_env = StreamTableEnvironment.create(env)
     table = f"omldm_data_{uuid.uuid4().hex[:8]}"
+    security = "".join(f",\n            'properties.{k}' = '{v.replace(chr(39), chr(39) * 2)}'"
+                       for k, v in cfg.connection.java_properties().items())
     t_env.execute_sql(f"""
         CREATE TEMPORARY TABLE {table} (
             `v` STRING,
@@ -104,7 +115,7 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
             'properties.group.id' = '{cfg.group_id}-data',
             'properties.fetch.max.wait.ms' = '{cfg.fetch_max_wait_ms}',
             'scan.startup.mode' = '{cfg.startup_mode}',
-            'value.format' = 'raw'
+            'value.format' = 'raw'{security}
         )""")
     tagged = t_env.sql_query(
         f"SELECT CASE WHEN `topic` = '{t.forecasting}' THEN CONCAT('P', `v`) "
@@ -112,7 +123,8 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
     data = t_env.to_data_stream(tagged).rebalance()
 
     no_wm = WatermarkStrategy.no_watermarks()
-    requests = (env.from_source(_kafka_bytes_source(cfg, t.requests), no_wm, "requests")
+    requests = (env.from_source(_kafka_bytes_source(cfg, t.requests, cfg.max_fetch_bytes), no_wm,
+                                "requests")
                 .set_parallelism(1).broadcast())
     feedback = (env.from_source(_kafka_bytes_source(cfg, t.ps_messages), no_wm, "psMessages")
                 .set_parallelism(1)

@@ -19,9 +19,10 @@ from kafka.errors import TopicAlreadyExistsError
 __all__ = ["create_topics", "JsonProducer", "TopicReader"]
 
 
-def create_topics(bootstrap_servers: str, topics: list[str], partitions: int = 1) -> None:
-    """Create topics that do not exist yet (one partition each by default)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="omldm-admin")
+def create_topics(bootstrap_servers: str, topics: list[str], partitions: int = 1, **client) -> None:
+    """Create topics that do not exist yet (one partition each by default); ``client``
+    holds kafka-python connection options (security)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="omldm-admin", **client)
     try:
         existing = set(admin.list_topics())
         new = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
@@ -37,9 +38,11 @@ def create_topics(bootstrap_servers: str, topics: list[str], partitions: int = 1
 class JsonProducer:
     """Writes JSON values (orjson) or raw bytes to topics; ``flush()`` before counting."""
 
-    def __init__(self, bootstrap_servers: str, linger_ms: int = 5) -> None:
+    def __init__(self, bootstrap_servers: str, linger_ms: int = 5,
+                 max_request_size: int = 256 * 1024 * 1024, **client) -> None:
         self._p = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=linger_ms,
-                                batch_size=256 * 1024, acks=1)
+                                batch_size=256 * 1024, acks=1, enable_idempotence=False,
+                                max_request_size=max_request_size, **client)
         self.sent: dict[str, int] = {}
 
     def send(self, topic: str, value: Any) -> None:
@@ -56,18 +59,19 @@ class JsonProducer:
 
 
 class TopicReader:
-    """Follows every partition of one topic from the beginning.
+    """Follows every partition of one topic from the beginning (or from its end).
 
     ``poll()`` returns the values that arrived since the last call (bytes, or decoded
     JSON with ``json=True``); ``count`` is the number of records observed so far.
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, json: bool = True) -> None:
+    def __init__(self, bootstrap_servers: str, topic: str, json: bool = True,
+                 from_end: bool = False, **client) -> None:
         self.topic = topic
         self.json = json
         self.count = 0
         self._c = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
-                                fetch_max_wait_ms=50)
+                                fetch_max_wait_ms=50, **client)
         parts = None
         deadline = time.monotonic() + 10
         while not parts and time.monotonic() < deadline:
@@ -78,7 +82,12 @@ class TopicReader:
             raise RuntimeError(f"topic {topic!r} not found")
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         self._c.assign(tps)
-        self._c.seek_to_beginning(*tps)
+        if from_end:
+            self._c.seek_to_end(*tps)
+            for tp in tps:
+                self._c.position(tp)  # resolve now, before anything new is written
+        else:
+            self._c.seek_to_beginning(*tps)
 
     def poll(self, timeout_ms: int = 200) -> list[Any]:
         out = []

@@ -56,7 +56,8 @@ class Session:
         from flink_jobs.job import build_job, create_environment
 
         t = self.cfg.topics
-        create_topics(self.cfg.bootstrap_servers, t.all())
+        client = self.cfg.connection.client_kwargs()
+        create_topics(self.cfg.bootstrap_servers, t.all(), **client)
         if self.cfg.execution_mode == "process":
             os.environ["_python_worker_execution_mode"] = "process"  # real worker processes
         else:
@@ -64,10 +65,10 @@ class Session:
         env = create_environment(self.cfg)
         build_job(env, self.cfg)
         self.client = env.execute_async(self.job_name)
-        self.producer = JsonProducer(self.cfg.bootstrap_servers)
-        self.responses = TopicReader(self.cfg.bootstrap_servers, t.responses)
-        self.predictions = TopicReader(self.cfg.bootstrap_servers, t.predictions)
-        self.dead_letters = TopicReader(self.cfg.bootstrap_servers, t.dead_letters)
+        self.producer = JsonProducer(self.cfg.bootstrap_servers, **client)
+        self.responses = TopicReader(self.cfg.bootstrap_servers, t.responses, **client)
+        self.predictions = TopicReader(self.cfg.bootstrap_servers, t.predictions, **client)
+        self.dead_letters = TopicReader(self.cfg.bootstrap_servers, t.dead_letters, **client)
         self._pending: list[dict] = []
         return self
 

@@ -1,7 +1,17 @@
 """Names in requests → learner and preprocessor classes (papers/002 §3.4).
 
 A spec is ``{"name": str, "hyperParameters": dict | None, "parameters": dict | None}``,
-the same shape :meth:`Learner.to_json` writes, so a model can be restored from a spec.
+the same shape :meth:`Learner.to_json` writes, so a model can be restored from a spec:
+every class is registered under its own class name (what ``to_json`` writes) besides its
+short names.
+
+Learners: ``PA`` / ``PassiveAggressive`` / ``PAClassifier``, ``PARegressor``, ``SVM`` /
+``OnlineSVM``, ``Ridge`` / ``OnlineRidge``, ``KMeans``, ``HoeffdingTree``,
+``HoeffdingAdaptiveTree``, ``MLP``, ``CNN``. Preprocessors: ``StandardScaler``,
+``MinMaxScaler``, ``FeatureSelector``, ``RunningMeanVariance``, ``PolynomialFeatures``.
+
+:func:`check_pairing` refuses a learner that cannot be averaged (``averageable = False``,
+the Hoeffding trees) with any protocol but ``Independent``.
 """
 
 from __future__ import annotations
@@ -10,25 +20,51 @@ from typing import Any
 
 from learning.errors import HyperparameterError, ParameterError, RequestError
 from learning.learners.base import Learner
+from learning.learners.hoeffding import HoeffdingAdaptiveTree, HoeffdingTree
+from learning.learners.kmeans import KMeans
+from learning.learners.neural import CNN, MLP
+from learning.learners.pa_regressor import PARegressor
 from learning.learners.passive_aggressive import PAClassifier
+from learning.learners.ridge import OnlineRidge
+from learning.learners.svm import OnlineSVM
 from learning.preprocessors.base import Preprocessor
+from learning.preprocessors.polynomial import PolynomialFeatures
 from learning.preprocessors.scalers import MinMaxScaler, StandardScaler
+from learning.preprocessors.selection import FeatureSelector
+from learning.preprocessors.statistics import RunningMeanVariance
 
-__all__ = ["LEARNERS", "PREPROCESSORS", "register_learner", "register_preprocessor",
-           "make_learner", "make_preprocessor", "make_pipeline"]
+__all__ = ["LEARNERS", "PREPROCESSORS", "INDEPENDENT", "register_learner",
+           "register_preprocessor", "make_learner", "make_preprocessor", "make_pipeline",
+           "check_pairing"]
 
 #: learner name in a request → class
 LEARNERS: dict[str, type[Learner]] = {
     "PA": PAClassifier,
     "PassiveAggressive": PAClassifier,
     "PAClassifier": PAClassifier,
+    "PARegressor": PARegressor,
+    "SVM": OnlineSVM,
+    "OnlineSVM": OnlineSVM,
+    "Ridge": OnlineRidge,
+    "OnlineRidge": OnlineRidge,
+    "KMeans": KMeans,
+    "HoeffdingTree": HoeffdingTree,
+    "HoeffdingAdaptiveTree": HoeffdingAdaptiveTree,
+    "MLP": MLP,
+    "CNN": CNN,
 }
 
 #: preprocessor name in a request → class
 PREPROCESSORS: dict[str, type[Preprocessor]] = {
     "StandardScaler": StandardScaler,
     "MinMaxScaler": MinMaxScaler,
+    "FeatureSelector": FeatureSelector,
+    "RunningMeanVariance": RunningMeanVariance,
+    "PolynomialFeatures": PolynomialFeatures,
 }
+
+#: the protocol that synchronizes nothing: the only one a non-averageable learner may use
+INDEPENDENT = "Independent"
 
 
 def register_learner(name: str, cls: type[Learner]) -> None:
@@ -119,3 +155,38 @@ def make_pipeline(pre_processors: list[dict] | None, learner: dict):
 
     pres = [make_preprocessor(spec, i) for i, spec in enumerate(pre_processors or [])]
     return Pipeline(pres, make_learner(learner))
+
+
+def check_pairing(learner_spec: Any, protocol_name: str) -> None:
+    """Refuse a learner that cannot be averaged paired with a synchronizing protocol.
+
+    Parameters
+    ----------
+    learner_spec : dict
+        The request's learner spec (``{"name", ...}``); an unknown or missing name passes
+        (:func:`make_learner` reports it).
+    protocol_name : str
+        ``trainingConfiguration.protocol`` of the request.
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``unsupported_pairing`` (field ``trainingConfiguration.protocol``) when the learner
+        has ``averageable = False`` and the protocol is not ``Independent``.
+
+    Examples
+    --------
+    >>> check_pairing({"name": "HoeffdingTree"}, "Independent")
+    >>> check_pairing({"name": "PA"}, "Asynchronous")
+    >>> check_pairing({"name": "HoeffdingTree"}, "Asynchronous")
+    Traceback (most recent call last):
+    ...
+    learning.errors.RequestError: HoeffdingTree cannot be averaged; use protocol 'Independent'
+    """
+    name = learner_spec.get("name") if isinstance(learner_spec, dict) else None
+    cls = LEARNERS.get(name) if isinstance(name, str) else None
+    if cls is None or getattr(cls, "averageable", True) or protocol_name == INDEPENDENT:
+        return
+    raise RequestError("unsupported_pairing",
+                       f"{name} cannot be averaged; use protocol {INDEPENDENT!r}",
+                       "trainingConfiguration.protocol")

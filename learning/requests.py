@@ -232,8 +232,9 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
 
         try:
             for i, spec in enumerate(pre_processors):
-                make_preprocessor(spec, i)
-            if learner is not None:
+                if kind == "Create" or spec.get("name") is not None:
+                    make_preprocessor(spec, i)
+            if learner is not None and (kind == "Create" or learner.get("name") is not None):
                 make_learner(learner)
         except RequestError as e:
             e.request_id = request_id

@@ -82,7 +82,7 @@ def test_too_large():
     (create(request="Creat"), "request"),
     (create(bogus=1), "bogus"),
     (create(learner={"name": "PA", "hyper": {}}), "learner.hyper"),
-    (create(learner={"nam": "PA"}), "learner.name"),
+    (create(learner={"nam": "PA"}), "learner.nam"),  # the typo is named
     (create(preProcessors=[{"name": "StandardScaler", "x": 1}]), "preProcessors[0].x"),
     (create(learner={"name": "PA", "hyperParameters": [1]}), "learner.hyperParameters"),
     (create(requestId=[1]), "requestId"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -85,7 +85,23 @@ class Learner(Component, abc.ABC):
 
     Labels are native JSON scalars (bool, int, float, str); predictions are too, never
     numpy scalars.
+
+    Class attributes describe what a learner is, for spokes, protocols and requests:
+
+    - ``supervised``: whether :meth:`fit` needs labels (spokes reject unlabelled training
+      records when True; k-means is False);
+    - ``averageable``: whether :meth:`get_params` / :meth:`set_params` / :meth:`project`
+      exist, i.e. whether a parameter-averaging protocol can synchronize it (a Hoeffding
+      tree is False and runs only with the ``Independent`` protocol, see
+      :func:`learning.registry.check_pairing`);
+    - ``task``: ``"classification"``, ``"regression"`` or ``"clustering"``: what
+      :meth:`predict` returns (a label, a real number, a cluster index) and so whether
+      prequential accuracy means anything (only for classification).
     """
+
+    supervised: ClassVar[bool] = True
+    averageable: ClassVar[bool] = True
+    task: ClassVar[str] = "classification"
 
     # --- required verbs -----------------------------------------------------------------
 

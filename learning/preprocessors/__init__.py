@@ -1,8 +1,15 @@
-"""Preprocessors: running-statistics transformers placed before a learner
-(papers/002_9b954bd89ad87406.txt §3.3.1), with river's per-record semantics computed a
-mini-batch at a time."""
+"""Preprocessors placed before a learner, chained in the order given
+(papers/002_9b954bd89ad87406.txt §3.3.1): running-statistics transformers with river's
+per-record semantics computed a mini-batch at a time (scalers, running mean and variance)
+and stateless ones (feature selection, polynomial features). Each learns online from the
+training stream, is applied identically for prediction and writes its state to JSON.
+"""
 
 from learning.preprocessors.base import Preprocessor
+from learning.preprocessors.polynomial import PolynomialFeatures
 from learning.preprocessors.scalers import MinMaxScaler, StandardScaler
+from learning.preprocessors.selection import FeatureSelector
+from learning.preprocessors.statistics import RunningMeanVariance
 
-__all__ = ["Preprocessor", "StandardScaler", "MinMaxScaler"]
+__all__ = ["Preprocessor", "StandardScaler", "MinMaxScaler", "FeatureSelector",
+           "RunningMeanVariance", "PolynomialFeatures"]

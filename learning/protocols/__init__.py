@@ -12,12 +12,14 @@ import inspect
 from learning.errors import RequestError
 from learning.protocols.asynchronous import AsynchronousHub, AsynchronousSpoke
 from learning.protocols.base import PipelineHub, PipelineSpoke
+from learning.protocols.independent import IndependentHub, IndependentSpoke
 
 __all__ = ["PROTOCOLS", "register_protocol", "make_spoke", "make_hub", "PipelineSpoke", "PipelineHub",
            "AsynchronousSpoke", "AsynchronousHub"]
 
 PROTOCOLS: dict[str, tuple[type[PipelineSpoke], type[PipelineHub]]] = {
     "Asynchronous": (AsynchronousSpoke, AsynchronousHub),
+    "Independent": (IndependentSpoke, IndependentHub),
 }
 
 

@@ -1,0 +1,444 @@
+"""Hoeffding trees (VFDT) and Hoeffding adaptive trees, wrapping river's implementations.
+
+A tree cannot be averaged: its "parameters" are a structure, not a vector. These learners
+have ``averageable = False``; a Create request pairs them only with the ``Independent``
+protocol (each spoke grows its own tree, see :mod:`learning.protocols.independent` and
+:func:`learning.registry.check_pairing`), as papers/002_9b954bd89ad87406.txt §3.3.3 says of
+CVFDT, "the one learner not parallelized".
+
+References
+----------
+Domingos, P., Hulten, G. (2000) Mining high-speed data streams. Proc. 6th ACM SIGKDD,
+71–80 (VFDT).
+Hulten, G., Spencer, L., Domingos, P. (2001) Mining time-changing data streams. Proc. 7th
+ACM SIGKDD, 97–106 (CVFDT).
+Bifet, A., Gavaldà, R. (2009) Adaptive learning from evolving data streams. Proc. IDA
+2009, LNCS 5772, 249–260 (the Hoeffding adaptive tree).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from learning.errors import (HyperparameterError, ParameterError, check_bool, check_choice,
+                             check_real)
+from learning.learners.base import Learner, as_labels, as_matrix, label_key
+from learning.learners.linear import check_n_features
+
+__all__ = ["HoeffdingTree", "HoeffdingAdaptiveTree"]
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise HyperparameterError(name, f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+class _RiverTree(Learner):
+    """What both trees share: label ↔ id mapping, record dicts, JSON through
+    :mod:`learning.learners.river_json`, and the refusal to be averaged.
+
+    river sees features as ``{0: x_0, 1: x_1, ...}`` and each label as its canonical key
+    ``(type name, label)`` (:func:`learning.learners.base.label_key`), so labels of any
+    JSON type — ``True`` and ``1`` included — stay distinct, which river's own
+    dictionaries would not guarantee, while labels of one type keep river's order (and
+    its tie-breaking: the first class in sorted order).
+    """
+
+    averageable: ClassVar[bool] = False
+    #: the river.tree class wrapped
+    _RIVER: ClassVar[str]
+    #: hyperparameters river lets change while the tree grows
+    _MUTABLE: ClassVar[tuple[str, ...]] = ("grace_period", "delta", "tau")
+
+    def _common_checks(self) -> None:
+        _check_int("grace_period", self.grace_period, 1)
+        if self.max_depth is not None:
+            _check_int("max_depth", self.max_depth, 1)
+        check_choice("split_criterion", self.split_criterion, ("info_gain", "gini", "hellinger"))
+        check_real("delta", self.delta, gt=0)
+        if not self.delta < 1:
+            raise HyperparameterError("delta", f"delta must be < 1, got {self.delta!r}")
+        check_real("tau", self.tau, ge=0)
+        check_choice("leaf_prediction", self.leaf_prediction, ("mc", "nb", "nba"))
+        _check_int("nb_threshold", self.nb_threshold, 0)
+        check_bool("binary_split", self.binary_split)
+        check_real("max_size", self.max_size, gt=0)
+        check_bool("merit_preprune", self.merit_preprune)
+
+    def _reset(self) -> None:
+        self.classes: list = []  # labels learned, canonical order
+        self._known: set = set()
+        self.n_features: int | None = None
+        self._tree = self._make_tree()
+
+    def _river_kwargs(self) -> dict:
+        return self.hyperparameters()
+
+    def _make_tree(self) -> Any:
+        from river import tree
+
+        return getattr(tree, self._RIVER)(**self._river_kwargs())
+
+    def update_hyperparameters(self, **kw: Any) -> None:
+        """Change ``grace_period``, ``delta`` or ``tau`` while the tree grows (the ones
+        river allows); nothing changes if any value is rejected.
+
+        Raises
+        ------
+        learning.errors.HyperparameterError
+            For another hyperparameter whose value would change, or a rejected value.
+        """
+        for name, value in kw.items():
+            if name not in self._MUTABLE and name in self.hyperparameters() \
+                    and value != getattr(self, name):
+                raise HyperparameterError(name, f"{name} cannot change while the tree grows; "
+                                          f"mutable: {', '.join(self._MUTABLE)}")
+        super().update_hyperparameters(**kw)
+
+    def _on_hyperparameters(self) -> None:
+        for name in self._MUTABLE:
+            setattr(self._tree, name, getattr(self, name))
+
+    # --- batches ------------------------------------------------------------------------
+
+    def _rows(self, X: Any) -> tuple[np.ndarray, list[dict]]:
+        X = as_matrix(X, self.n_features)
+        return X, [dict(enumerate(row)) for row in X.tolist()]
+
+    def _key(self, label: Any) -> tuple:
+        key = label_key(label)
+        if key not in self._known:
+            self._known.add(key)
+            self.classes.append(label)
+            self.classes.sort(key=label_key)
+        return key
+
+    def _labels(self, X: np.ndarray, y: Sequence) -> list:
+        labels = as_labels(y)
+        if len(labels) != X.shape[0]:
+            raise ValueError(f"y has {len(labels)} labels, X has {X.shape[0]} records")
+        if self.n_features is None and X.shape[0]:
+            self.n_features = X.shape[1]
+        return labels
+
+    def fit(self, X: np.ndarray, y: Sequence) -> None:
+        """Learn the records in order (river's ``learn_one`` each).
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+        y : sequence of n_records labels (JSON scalars)
+
+        Raises
+        ------
+        ValueError
+            If the shapes disagree or a label is not a JSON scalar.
+        """
+        X, rows = self._rows(X)
+        labels = self._labels(X, y)
+        learn = self._tree.learn_one
+        for x, label in zip(rows, labels):
+            learn(x, self._key(label))
+
+    def predict(self, X: np.ndarray) -> list:
+        """The tree's class per record (river's ``predict_one``); None before any label.
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+        """
+        _, rows = self._rows(X)
+        predict = self._tree.predict_one
+        out = []
+        for x in rows:
+            key = predict(x)
+            out.append(None if key is None else key[1])
+        return out
+
+    def test_then_train(self, X: np.ndarray, y: Sequence,
+                        X_test: np.ndarray | None = None) -> tuple[list, float]:
+        """Predict record ``i`` with the tree after records ``< i``, then learn it.
+
+        Returns
+        -------
+        predictions : list of n_records labels
+        loss_sum : float
+            Number of wrong predictions (0-1 loss; a None prediction is wrong).
+        """
+        X, rows = self._rows(X)
+        labels = self._labels(X, y)
+        tests = rows if X_test is None else self._rows(as_matrix(X_test, X.shape[1]))[1]
+        if len(tests) != len(rows):
+            raise ValueError(f"X_test has {len(tests)} records, X has {len(rows)}")
+        predict, learn = self._tree.predict_one, self._tree.learn_one
+        predictions, wrong = [], 0
+        for x, xt, label in zip(rows, tests, labels):
+            p = predict(xt)
+            key = self._key(label)
+            predictions.append(None if p is None else p[1])
+            wrong += p != key
+            learn(x, key)
+        return predictions, float(wrong)
+
+    def loss(self, X: np.ndarray, y: Sequence) -> float:
+        """Number of records the tree gets wrong (0-1 loss; the model is unchanged)."""
+        labels = as_labels(y)
+        return float(sum(p is None or label_key(p) != label_key(t)
+                         for p, t in zip(self.predict(X), labels)))
+
+    # --- not averageable ----------------------------------------------------------------
+
+    def _no_vector(self) -> NotImplementedError:
+        return NotImplementedError(
+            f"{type(self).__name__} cannot be averaged: a tree is a structure, not a "
+            "parameter vector; use protocol 'Independent'")
+
+    def get_params(self) -> np.ndarray:
+        """Raises :class:`NotImplementedError`: a tree has no parameter vector."""
+        raise self._no_vector()
+
+    def set_params(self, w: np.ndarray) -> None:
+        """Raises :class:`NotImplementedError`: a tree has no parameter vector."""
+        raise self._no_vector()
+
+    def layout(self) -> dict:
+        """Raises :class:`NotImplementedError`: a tree has no parameter vector."""
+        raise self._no_vector()
+
+    def grow(self, layout: dict) -> None:
+        raise self._no_vector()
+
+    def project(self, w: np.ndarray, layout: dict) -> np.ndarray:
+        raise self._no_vector()
+
+    # --- introspection ------------------------------------------------------------------
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self._tree.n_nodes or 0)
+
+    @property
+    def height(self) -> int:
+        return int(self._tree.height or 0)
+
+    # --- JSON ---------------------------------------------------------------------------
+
+    def _parameters_json(self) -> dict:
+        """``{"river", "classes", "n_features", "tree"}``: river's version, the labels
+        learned, and the whole river tree in :mod:`learning.learners.river_json`'s
+        encoding (no pickle)."""
+        import river
+
+        from learning.learners.river_json import encode
+
+        return {"river": river.__version__, "classes": list(self.classes),
+                "n_features": self.n_features, "tree": encode(self._tree)}
+
+    def _load_parameters(self, parameters: dict) -> None:
+        """Load what :meth:`_parameters_json` wrote (every key may be missing or null:
+        an empty tree).
+
+        Raises
+        ------
+        learning.errors.ParameterError
+            For an unknown key, malformed classes or tree, or a tree written by another
+            river version (its internals differ between versions).
+        """
+        import river
+
+        from learning.learners.river_json import decode
+
+        known = {"river", "classes", "n_features", "tree"}
+        unknown = set(parameters) - known
+        if unknown:
+            name = sorted(map(str, unknown))[0]
+            raise ParameterError(name, f"unknown parameter {name!r} for {type(self).__name__}"
+                                 f"; expected {', '.join(sorted(known))}")
+        try:
+            classes = as_labels(parameters.get("classes") or [])
+        except (TypeError, ValueError) as e:
+            raise ParameterError("classes", f"classes: {e}") from None
+        if len({label_key(v) for v in classes}) != len(classes):
+            raise ParameterError("classes", f"classes must be distinct, got {classes!r}")
+        d = parameters.get("n_features")
+        self._reset()
+        self.n_features = None if d is None else check_n_features(d)
+        for label in classes:
+            self._key(label)
+        data = parameters.get("tree")
+        if data is None:
+            return
+        version = parameters.get("river")
+        if version != river.__version__:
+            raise ParameterError("river", f"the tree was written by river {version!r}; this "
+                                 f"is river {river.__version__} (tree internals differ)")
+        try:
+            tree = decode(data)
+        except (ValueError, TypeError, KeyError, AttributeError, ImportError) as e:
+            raise ParameterError("tree", f"tree: {e}") from None
+        if type(tree).__name__ != self._RIVER:
+            raise ParameterError("tree", f"tree must be a river {self._RIVER}, got "
+                                 f"{type(tree).__name__}")
+        self._tree = tree
+        self._on_hyperparameters()
+
+
+class HoeffdingTree(_RiverTree):
+    """Hoeffding tree (VFDT) classifier: river's ``tree.HoeffdingTreeClassifier``.
+
+    A leaf is split on the attribute with the best split criterion ``G`` once, after at
+    least ``grace_period`` records since the last attempt, the Hoeffding bound
+    ``ε = sqrt(R² ln(1/δ) / (2 n))`` separates the best and second-best ``G`` (or ``ε <
+    τ``: a tie). Numeric features are summarized per class by Gaussians (river's
+    ``GaussianSplitter``). Leaves predict by majority class (``mc``), naive Bayes
+    (``nb``) or whichever of the two has been more accurate there (``nba``).
+
+    Records ``X: (n_records, n_features) float64`` are learned one by one (river's
+    ``learn_one``; the mini-batch size changes nothing); labels are JSON scalars of any
+    type. :meth:`loss` counts wrong predictions. The tree **cannot be averaged**
+    (``averageable = False``: :meth:`get_params` raises :class:`NotImplementedError`) and
+    runs only with the ``Independent`` protocol. Its state, the whole river tree, goes to
+    JSON through an allow-listed codec (:mod:`learning.learners.river_json`), never
+    pickle; a tree written by one river version is refused by another.
+
+    Parameters
+    ----------
+    grace_period : int, >= 1
+        Records a leaf sees between split attempts.
+    delta : float in (0, 1)
+        δ of the Hoeffding bound: the probability of choosing the wrong split.
+    split_criterion : {"info_gain", "gini", "hellinger"}
+    leaf_prediction : {"mc", "nb", "nba"}
+    nb_threshold : int, >= 0
+        Records a leaf must see before naive Bayes is used.
+    tau : float, >= 0
+        Tie threshold.
+    max_depth : int or None
+        Depth limit (None: unlimited).
+    binary_split : bool
+        Only binary splits.
+    max_size : float, > 0
+        Memory limit of the tree, MiB (river deactivates leaves beyond it).
+    merit_preprune : bool
+        Whether a split must beat not splitting.
+
+    Only ``grace_period``, ``delta`` and ``tau`` can change while the tree grows.
+
+    Examples
+    --------
+    river's Phishing (1,250 records), prequential accuracy:
+
+    >>> from river import datasets
+    >>> import numpy as np
+    >>> data = list(datasets.Phishing())
+    >>> X = np.array([list(x.values()) for x, _ in data], dtype=float)
+    >>> y = [label for _, label in data]
+    >>> predictions, wrong = HoeffdingTree().test_then_train(X, y)
+    >>> print(f"{1 - wrong / len(y):.3f}")
+    0.879
+
+    References
+    ----------
+    Domingos, P., Hulten, G. (2000) Mining high-speed data streams. Proc. 6th ACM SIGKDD,
+    71–80.
+    """
+
+    _RIVER = "HoeffdingTreeClassifier"
+
+    def __init__(self, grace_period: int = 200, delta: float = 1e-7,
+                 split_criterion: str = "info_gain", leaf_prediction: str = "nba",
+                 nb_threshold: int = 0, tau: float = 0.05, max_depth: int | None = None,
+                 binary_split: bool = False, max_size: float = 100.0,
+                 merit_preprune: bool = True):
+        self.grace_period = grace_period
+        self.delta = delta
+        self.split_criterion = split_criterion
+        self.leaf_prediction = leaf_prediction
+        self.nb_threshold = nb_threshold
+        self.tau = tau
+        self.max_depth = max_depth
+        self.binary_split = binary_split
+        self.max_size = max_size
+        self.merit_preprune = merit_preprune
+        self._common_checks()
+        self._reset()
+
+
+class HoeffdingAdaptiveTree(_RiverTree):
+    """Hoeffding adaptive tree classifier: river's ``tree.HoeffdingAdaptiveTreeClassifier``.
+
+    A Hoeffding tree (see :class:`HoeffdingTree`) whose nodes watch their error with an
+    ADWIN drift detector; on drift a node grows an alternate subtree and swaps it in once
+    it is significantly better (``switch_significance``) — Bifet and Gavaldà's answer to
+    concept drift, in the spirit of CVFDT. With ``bootstrap_sampling`` each record is
+    weighted by a Poisson(1) draw from a generator seeded by ``seed``.
+
+    Shapes, labels, loss, JSON and the refusal to be averaged are as for
+    :class:`HoeffdingTree`.
+
+    Parameters
+    ----------
+    grace_period, delta, split_criterion, leaf_prediction, nb_threshold, tau, max_depth,
+    binary_split, max_size, merit_preprune
+        As for :class:`HoeffdingTree`.
+    bootstrap_sampling : bool
+        Poisson(1) weights (online bagging of one).
+    drift_window_threshold : int, >= 1
+        Records an alternate tree must see before it may replace its node.
+    switch_significance : float in (0, 1)
+        Significance of the test that swaps in an alternate tree.
+    seed : int
+        Seeds the bootstrap weights (river's default, None, would not be reproducible).
+
+    Examples
+    --------
+    >>> from river import datasets
+    >>> import numpy as np
+    >>> data = list(datasets.Phishing())
+    >>> X = np.array([list(x.values()) for x, _ in data], dtype=float)
+    >>> y = [label for _, label in data]
+    >>> predictions, wrong = HoeffdingAdaptiveTree(seed=1).test_then_train(X, y)
+    >>> print(f"{1 - wrong / len(y):.3f}")
+    0.871
+
+    References
+    ----------
+    Bifet, A., Gavaldà, R. (2009) Adaptive learning from evolving data streams. Proc. IDA
+    2009, LNCS 5772, 249–260.
+    """
+
+    _RIVER = "HoeffdingAdaptiveTreeClassifier"
+
+    def __init__(self, grace_period: int = 200, delta: float = 1e-7,
+                 split_criterion: str = "info_gain", leaf_prediction: str = "nba",
+                 nb_threshold: int = 0, tau: float = 0.05, max_depth: int | None = None,
+                 binary_split: bool = False, max_size: float = 100.0,
+                 merit_preprune: bool = True, bootstrap_sampling: bool = True,
+                 drift_window_threshold: int = 300, switch_significance: float = 0.05,
+                 seed: int = 0):
+        self.grace_period = grace_period
+        self.delta = delta
+        self.split_criterion = split_criterion
+        self.leaf_prediction = leaf_prediction
+        self.nb_threshold = nb_threshold
+        self.tau = tau
+        self.max_depth = max_depth
+        self.binary_split = binary_split
+        self.max_size = max_size
+        self.merit_preprune = merit_preprune
+        self.bootstrap_sampling = bootstrap_sampling
+        self.drift_window_threshold = drift_window_threshold
+        self.switch_significance = switch_significance
+        self.seed = seed
+        self._common_checks()
+        check_bool("bootstrap_sampling", bootstrap_sampling)
+        _check_int("drift_window_threshold", drift_window_threshold, 1)
+        check_real("switch_significance", switch_significance, gt=0)
+        if not switch_significance < 1:
+            raise HyperparameterError("switch_significance", "switch_significance must be "
+                                      f"< 1, got {switch_significance!r}")
+        _check_int("seed", seed, 0)
+        self._reset()

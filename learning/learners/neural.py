@@ -1,0 +1,707 @@
+"""Neural-network classifiers in PyTorch: a multi-layer perceptron and a small CNN.
+
+torch is imported inside the functions and methods that need it, never at module level, so
+that importing :mod:`learning.registry` (every spoke and hub does) does not pay for it.
+
+References
+----------
+Rumelhart, D. E., Hinton, G. E., Williams, R. J. (1986) Learning representations by
+back-propagating errors. Nature 323:533–536.
+LeCun, Y., Bottou, L., Bengio, Y., Haffner, P. (1998) Gradient-based learning applied to
+document recognition. Proc. IEEE 86(11):2278–2324.
+Kingma, D. P., Ba, J. (2015) Adam: a method for stochastic optimization. ICLR 2015.
+
+papers/002_9b954bd89ad87406.txt §3.3.3 ("Neural networks", DeepLearning4J in OMLDM) and
+§4 (a CNN trained online with Adam and L2 regularization).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from learning.errors import HyperparameterError, ParameterError, check_choice, check_real
+from learning.learners.base import Learner, as_labels, as_matrix
+from learning.learners.labels import LabelIndex
+from learning.learners.linear import check_n_features
+
+__all__ = ["MLP", "CNN"]
+
+_ACTIVATIONS = ("relu", "tanh", "sigmoid")
+_OPTIMIZERS = ("sgd", "adam")
+_LOSSES = ("cross_entropy", "multi_margin")
+_DEVICES = ("cpu", "cuda", "auto")
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise HyperparameterError(name, f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _check_int_list(name: str, value: Any, low: int, length: int | None = None) -> list:
+    if not isinstance(value, (list, tuple)) or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < low for v in value):
+        raise HyperparameterError(name, f"{name} must be a list of integers >= {low}, "
+                                  f"got {value!r}")
+    if length is not None and len(value) != length:
+        raise HyperparameterError(name, f"{name} must hold {length} integers, got {value!r}")
+    return list(value)
+
+
+def _activation(name: str) -> Any:
+    import torch.nn as nn
+
+    return {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[name]()
+
+
+def _device(name: str) -> Any:
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise HyperparameterError("device", "device 'cuda' is not available here; use "
+                                  "'cpu' or 'auto'")
+    return torch.device(name)
+
+
+class _TorchClassifier(Learner):
+    """What :class:`MLP` and :class:`CNN` share.
+
+    The network is a *body* (built by the subclass once ``n_features`` is known) followed
+    by a linear *head* ``logits = z W^T + b`` with one row per label in canonical order
+    (:class:`learning.learners.labels.LabelIndex`); a new label gets a zero row (its
+    optimizer moments too). Each :meth:`fit` takes **one optimizer step** on the mean loss
+    of the mini-batch, so the mini-batch size is the SGD batch size.
+
+    **The flat vector is the displacement from the seeded initialization**: ``get_params()
+    = θ − θ₀`` (``torch.nn.utils.parameters_to_vector`` order: body parameters in module
+    order, then ``W`` row by row, then ``b``), float64. Every node of a pipeline builds the
+    same ``θ₀`` from the same ``seed``, so averaging displacements is averaging weights,
+    and a fresh model is the zero vector like every other learner's — which the protocols
+    assume (the hub starts from zero and adds updates). Head rows start at 0, so ``θ₀`` is
+    0 there and :meth:`project` fills absent classes with zeros. Weights live in float32.
+    """
+
+    #: hyperparameters that may change while the network trains
+    _MUTABLE: ClassVar[tuple[str, ...]] = ("learning_rate", "weight_decay", "momentum",
+                                           "loss_function")
+
+    def _common_checks(self) -> None:
+        check_choice("activation", self.activation, _ACTIVATIONS)
+        check_choice("optimizer", self.optimizer, _OPTIMIZERS)
+        check_real("learning_rate", self.learning_rate, gt=0)
+        check_choice("loss_function", self.loss_function, _LOSSES)
+        check_real("weight_decay", self.weight_decay, ge=0)
+        check_real("momentum", self.momentum, ge=0)
+        if not self.momentum < 1:
+            raise HyperparameterError("momentum", f"momentum must be < 1, got {self.momentum!r}")
+        _check_int("seed", self.seed, 0)
+        check_choice("device", self.device, _DEVICES)
+
+    def _reset(self) -> None:
+        self._labels = LabelIndex()
+        self.n_features: int | None = None
+        self._body = None
+        self._W = self._b = None
+        self._opt = None
+        self._theta0: np.ndarray | None = None
+        self._width = 0
+
+    @property
+    def classes(self) -> list:
+        return self._labels.classes
+
+    # --- construction -------------------------------------------------------------------
+
+    def _make_body(self, d: int) -> tuple[Any, int]:
+        """The body for records of ``d`` features and its output width (subclass)."""
+        raise NotImplementedError
+
+    def _build(self, d: int) -> None:
+        """Build body, head and optimizer for ``d`` features; body weights drawn from
+        ``U(-1/√fan_in, 1/√fan_in)`` (torch's default bounds) by a numpy generator seeded
+        with ``seed``, so ``θ₀`` is the same on every node and every device."""
+        import torch
+
+        device = _device(self.device)
+        body, width = self._make_body(d)
+        rng = np.random.default_rng(self.seed)
+        with torch.no_grad():
+            for module in body.modules():
+                w = getattr(module, "weight", None)
+                if w is None:
+                    continue
+                fan_in = int(np.prod(w.shape[1:]))
+                bound = 1.0 / math.sqrt(fan_in)
+                w.copy_(torch.from_numpy(rng.uniform(-bound, bound, tuple(w.shape))))
+                if getattr(module, "bias", None) is not None:
+                    module.bias.copy_(torch.from_numpy(rng.uniform(-bound, bound,
+                                                                   tuple(module.bias.shape))))
+        self.n_features = d
+        self._width = width
+        self._body = body.to(device)
+        K = len(self.classes)
+        self._W = torch.nn.Parameter(torch.zeros(K, width, device=device))
+        self._b = torch.nn.Parameter(torch.zeros(K, device=device))
+        self._opt = self._make_optimizer()
+        self._theta0 = self._vector()
+        self._theta0[self._body_size():] = 0.0
+
+    def _params(self) -> list:
+        return [*self._body.parameters(), self._W, self._b]
+
+    def _body_size(self) -> int:
+        return sum(p.numel() for p in self._body.parameters())
+
+    def _make_optimizer(self) -> Any:
+        import torch
+
+        params = self._params()
+        if self.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.learning_rate,
+                                    weight_decay=self.weight_decay)
+        return torch.optim.SGD(params, lr=self.learning_rate, momentum=self.momentum,
+                               weight_decay=self.weight_decay)
+
+    def update_hyperparameters(self, **kw: Any) -> None:
+        """Change ``learning_rate``, ``weight_decay``, ``momentum`` or ``loss_function`` while
+        training; nothing changes if any value is rejected.
+
+        Raises
+        ------
+        learning.errors.HyperparameterError
+            For another hyperparameter whose value would change (the architecture, the
+            optimizer, the seed and the device are fixed), or a rejected value.
+        """
+        current = self.hyperparameters()
+        for name, value in kw.items():
+            if name not in self._MUTABLE and name in current and value != current[name]:
+                raise HyperparameterError(name, f"{name} cannot change while the network "
+                                          f"trains; mutable: {', '.join(self._MUTABLE)}")
+        super().update_hyperparameters(**kw)
+
+    def _on_hyperparameters(self) -> None:
+        if self._opt is None:
+            return
+        for group in self._opt.param_groups:
+            group["lr"] = self.learning_rate
+            group["weight_decay"] = self.weight_decay
+            if "momentum" in group:
+                group["momentum"] = self.momentum
+
+    def _add_labels(self, labels: list) -> None:
+        """Zero head rows (and optimizer moments) for new labels, at canonical places."""
+        for label in labels:
+            if label in self._labels:
+                continue
+            pos = self._labels.add(label)
+            if self._body is not None:
+                self._insert_row(pos)
+
+    def _insert_row(self, pos: int) -> None:
+        import torch
+
+        old = (self._W, self._b)
+        new = []
+        for p in old:
+            data = p.detach()
+            zero = torch.zeros((1, *data.shape[1:]), dtype=data.dtype, device=data.device)
+            new.append(torch.nn.Parameter(torch.cat([data[:pos], zero, data[pos:]])))
+        group = self._opt.param_groups[0]
+        for p_old, p_new in zip(old, new):
+            group["params"][[id(q) for q in group["params"]].index(id(p_old))] = p_new
+            state = self._opt.state.pop(p_old, None)
+            if state:
+                grown = {}
+                for k, v in state.items():
+                    if torch.is_tensor(v) and v.shape == p_old.shape:
+                        zero = torch.zeros((1, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                        v = torch.cat([v[:pos], zero, v[pos:]])
+                    grown[k] = v
+                self._opt.state[p_new] = grown
+        self._W, self._b = new
+        if self._theta0 is not None:
+            B, h = self._body_size(), self._width
+            K = len(self.classes)
+            self._theta0 = np.concatenate([self._theta0[:B], np.zeros(K * h + K)])
+
+    # --- batches ------------------------------------------------------------------------
+
+    def _check_batch(self, X: Any, y: Sequence) -> tuple[np.ndarray, list]:
+        X = as_matrix(X, self.n_features)
+        labels = as_labels(y)
+        if len(labels) != X.shape[0]:
+            raise ValueError(f"y has {len(labels)} labels, X has {X.shape[0]} records")
+        if self._body is None and X.shape[0]:
+            self._build(X.shape[1])
+        return X, labels
+
+    def _tensor(self, X: np.ndarray) -> Any:
+        import torch
+
+        return torch.as_tensor(X, dtype=torch.float32, device=self._W.device)
+
+    def _logits(self, X: np.ndarray) -> Any:
+        import torch.nn.functional as F
+
+        return F.linear(self._body(self._tensor(X)), self._W, self._b)
+
+    def _criterion(self, logits: Any, targets: Any, reduction: str) -> Any:
+        import torch.nn.functional as F
+
+        if self.loss_function == "multi_margin":
+            return F.multi_margin_loss(logits, targets, reduction=reduction)
+        return F.cross_entropy(logits, targets, reduction=reduction)
+
+    def fit(self, X: np.ndarray, y: Sequence) -> None:
+        """One optimizer step on the mean loss of the mini-batch.
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+        y : sequence of n_records labels (JSON scalars)
+
+        Raises
+        ------
+        ValueError
+            If the shapes disagree with each other or with the model, or a label is not a
+            JSON scalar.
+        """
+        X, labels = self._check_batch(X, y)
+        if labels:
+            self._step(X, labels, None)
+
+    def test_then_train(self, X: np.ndarray, y: Sequence,
+                        X_test: np.ndarray | None = None) -> tuple[list, float]:
+        """Predict the batch with the network before it, then take one step on it.
+
+        Returns
+        -------
+        predictions : list of n_records labels (None before any label was seen)
+        loss_sum : float
+            Sum of the per-record losses before the step (unseen labels count as classes
+            with zero logits).
+        """
+        X, labels = self._check_batch(X, y)
+        if X_test is not None:
+            X_test = as_matrix(X_test, X.shape[1])
+            if X_test.shape[0] != X.shape[0]:
+                raise ValueError(f"X_test has {X_test.shape[0]} records, X has {X.shape[0]}")
+        if not labels:
+            return [], 0.0
+        predictions = None if X_test is None else self.predict(X_test)
+        return self._step(X, labels, predictions)
+
+    def _step(self, X: np.ndarray, labels: list, predictions: list | None
+              ) -> tuple[list, float]:
+        import torch
+
+        before = list(self.classes)
+        self._add_labels(labels)
+        logits = self._logits(X)
+        if predictions is None:  # the model before the step predicts X itself
+            if len(before) < 2:
+                predictions = [before[0] if before else None] * len(labels)
+            else:
+                known = torch.as_tensor(self._labels.rows(before), device=logits.device)
+                best = logits.detach()[:, known].argmax(dim=1).tolist()
+                predictions = [before[j] for j in best]
+        if len(self.classes) < 2:
+            return predictions, 0.0
+        targets = torch.as_tensor(self._labels.rows(labels), device=logits.device)
+        total = self._criterion(logits, targets, "sum")
+        self._opt.zero_grad(set_to_none=True)
+        (total / len(labels)).backward()
+        self._opt.step()
+        return predictions, float(total.detach())
+
+    # --- prediction and evaluation ------------------------------------------------------
+
+    def predict(self, X: np.ndarray) -> list:
+        """Arg-max class per record (ties: the first in canonical order).
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+
+        Returns
+        -------
+        list of n_records labels; all None if no label was ever learned.
+        """
+        import torch
+
+        X = as_matrix(X, self.n_features)
+        K = len(self.classes)
+        if K < 2 or self._body is None:
+            return [self.classes[0] if K else None] * X.shape[0]
+        with torch.no_grad():
+            best = self._logits(X).argmax(dim=1).tolist()
+        classes = self.classes
+        return [classes[j] for j in best]
+
+    def loss(self, X: np.ndarray, y: Sequence) -> float:
+        """Sum over the batch of the per-record loss (the model is unchanged); unseen
+        labels count as classes with zero logits; 0 with fewer than two classes."""
+        import torch
+
+        X = as_matrix(X, self.n_features)
+        labels = as_labels(y)
+        if len(labels) != X.shape[0]:
+            raise ValueError(f"y has {len(labels)} labels, X has {X.shape[0]} records")
+        index = LabelIndex(self.classes)
+        for v in labels:
+            index.add(v)
+        if len(index) < 2 or not labels:
+            return 0.0
+        with torch.no_grad():
+            logits = torch.zeros(len(labels), len(index))
+            if self._body is not None and self.classes:
+                logits[:, index.rows(self.classes)] = self._logits(X).cpu()
+            targets = torch.as_tensor(index.rows(labels))
+            return float(self._criterion(logits, targets, "sum"))
+
+    # --- the flat vector ----------------------------------------------------------------
+
+    def _vector(self) -> np.ndarray:
+        from torch.nn.utils import parameters_to_vector
+
+        return parameters_to_vector(self._params()).detach().cpu().double().numpy().copy()
+
+    def get_params(self) -> np.ndarray:
+        """``θ − θ₀``: 1-D float64 (see the class docstring); size 0 before the network
+        is built."""
+        if self._body is None:
+            return np.zeros(0)
+        return self._vector() - self._theta0
+
+    def set_params(self, w: np.ndarray) -> None:
+        """Set the weights to ``θ₀ + w`` (``w`` laid out as :meth:`get_params`).
+
+        Raises
+        ------
+        ValueError
+            If ``w`` is not 1-D of the size of :meth:`get_params`.
+        """
+        import torch
+        from torch.nn.utils import vector_to_parameters
+
+        w = np.asarray(w, dtype=np.float64)
+        size = 0 if self._body is None else self._theta0.size
+        if w.ndim != 1 or w.size != size:
+            raise ValueError(f"expected a 1-D vector of {size} parameters, got shape {w.shape}")
+        if not size:
+            return
+        theta = torch.as_tensor(self._theta0 + w, dtype=torch.float32, device=self._W.device)
+        with torch.no_grad():
+            vector_to_parameters(theta, self._params())
+
+    def layout(self) -> dict:
+        """``{"classes", "n_features", "body", "width"}``: the vector is ``body`` numbers,
+        then ``len(classes)`` head rows of ``width`` weights, then one bias per class."""
+        return {"classes": list(self.classes), "n_features": self.n_features,
+                "body": self._body_size() if self._body is not None else 0,
+                "width": self._width}
+
+    def grow(self, layout: dict) -> None:
+        """Build the network for ``layout``'s ``n_features`` if not built; add its classes.
+
+        Raises
+        ------
+        ValueError
+            If ``layout`` describes another network (``n_features``, ``body``, ``width``).
+        """
+        d = layout.get("n_features")
+        if d is not None:
+            if self._body is None:
+                self._build(check_n_features(d))
+            elif d != self.n_features:
+                raise ValueError(f"layout has n_features={d}, the model has {self.n_features}")
+            mine = self.layout()
+            for key in ("body", "width"):
+                if layout.get(key, mine[key]) != mine[key]:
+                    raise ValueError(f"layout has {key}={layout.get(key)}, the model has "
+                                     f"{mine[key]} (another architecture)")
+        self._add_labels(as_labels(layout.get("classes") or []))
+
+    def project(self, w: np.ndarray, layout: dict) -> np.ndarray:
+        """Map ``w``, laid out as ``layout``, into this model's layout (after :meth:`grow`);
+        head rows of classes absent from ``layout`` are zeros (``θ₀`` there).
+
+        Raises
+        ------
+        ValueError
+            If ``w``'s size does not match ``layout``.
+        """
+        self.grow(layout)
+        w = np.asarray(w, dtype=np.float64)
+        if layout.get("n_features") is None:
+            if w.ndim != 1 or w.size != 0:
+                raise ValueError(f"expected an empty vector for layout {layout}, got {w.shape}")
+            return np.zeros_like(self.get_params())
+        other = as_labels(layout.get("classes") or [])
+        B, h, Kp = int(layout["body"]), int(layout["width"]), len(other)
+        if w.ndim != 1 or w.size != B + Kp * h + Kp:
+            raise ValueError(f"expected a 1-D vector of {B + Kp * h + Kp} parameters for "
+                             f"layout {layout}, got shape {w.shape}")
+        K = len(self.classes)
+        rows = self._labels.rows(other)
+        W = np.zeros((K, h))
+        b = np.zeros(K)
+        W[rows] = w[B:B + Kp * h].reshape(Kp, h)
+        b[rows] = w[B + Kp * h:]
+        return np.concatenate([w[:B], W.ravel(), b])
+
+    # --- JSON ---------------------------------------------------------------------------
+
+    def _parameters_json(self) -> dict:
+        """``{"classes", "n_features", "params", "optimizer"}``: the weights ``θ`` (not the
+        displacement) as a list, and the optimizer's state per parameter tensor."""
+        out: dict = {"classes": list(self.classes), "n_features": self.n_features}
+        if self._body is None:
+            return out
+        out["params"] = self._vector().tolist()
+        state = self._opt.state_dict()["state"]
+        out["optimizer"] = [
+            [int(i), {k: ({"shape": list(v.shape), "data": v.detach().cpu().double()
+                           .reshape(-1).tolist()} if hasattr(v, "shape") else v)
+                      for k, v in s.items() if v is not None}]
+            for i, s in sorted(state.items())]
+        return out
+
+    def _load_parameters(self, parameters: dict) -> None:
+        """Load what :meth:`_parameters_json` wrote (every key may be missing or null).
+
+        Raises
+        ------
+        learning.errors.ParameterError
+            Naming the key that is rejected.
+        """
+        import torch
+
+        known = {"classes", "n_features", "params", "optimizer"}
+        unknown = set(parameters) - known
+        if unknown:
+            name = sorted(map(str, unknown))[0]
+            raise ParameterError(name, f"unknown parameter {name!r} for {type(self).__name__}"
+                                 f"; expected {', '.join(sorted(known))}")
+        classes = LabelIndex.checked(parameters.get("classes"))
+        self._reset()
+        for label in classes:
+            self._labels.add(label)
+        d = parameters.get("n_features")
+        if d is None:
+            if parameters.get("params"):
+                raise ParameterError("n_features", "n_features is required with params")
+            return
+        try:
+            self._build(check_n_features(d))
+        except ValueError as e:
+            raise ParameterError("n_features", str(e)) from None
+        params = parameters.get("params")
+        if params is not None:
+            try:
+                theta = np.asarray(params, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ParameterError("params", "params must hold numbers") from None
+            if theta.shape != self._theta0.shape or not np.all(np.isfinite(theta)):
+                raise ParameterError("params", f"params must be {self._theta0.size} finite "
+                                     f"numbers, got shape {theta.shape}")
+            self.set_params(theta - self._theta0)
+        entries = parameters.get("optimizer") or []
+        try:
+            state = {}
+            for i, s in entries:
+                state[int(i)] = {k: (torch.tensor(v["data"], dtype=torch.float32)
+                                     .reshape(v["shape"]) if isinstance(v, dict) else v)
+                                 for k, v in s.items()}
+            groups = self._opt.state_dict()["param_groups"]
+            self._opt.load_state_dict({"state": state, "param_groups": groups})
+        except (TypeError, ValueError, KeyError, RuntimeError) as e:
+            raise ParameterError("optimizer", f"optimizer: {e}") from None
+
+
+class MLP(_TorchClassifier):
+    """Multi-layer perceptron classifier (PyTorch), trained online by SGD or Adam.
+
+    ``z_0 = x``, ``z_l = act(A_l z_{l-1} + c_l)`` for each hidden layer, then ``logits =
+    W z_L + b`` with one row per label; the prediction is the arg-max. Each mini-batch
+    ``(X: (n, n_features) float64, y: (n,))`` is one optimizer step on the mean
+    ``loss_function``: ``cross_entropy`` (softmax) or ``multi_margin`` (the multi-class hinge),
+    plus ``weight_decay/2 ‖θ‖²``. Multi-class natively; labels of any JSON scalar type;
+    new labels grow the output layer (see :class:`_TorchClassifier` for the flat vector,
+    ``θ − θ₀``). Weights are float32 on ``device``; the initial weights depend only on
+    ``seed`` and the record width.
+
+    Parameters
+    ----------
+    hidden_layers : list of int
+        Widths of the hidden layers, input side first; ``[]`` is softmax regression.
+    activation : {"relu", "tanh", "sigmoid"}
+    optimizer : {"sgd", "adam"}
+    learning_rate : float, > 0
+    loss_function : {"cross_entropy", "multi_margin"}
+    weight_decay : float, >= 0
+        L2 penalty (torch's ``weight_decay``).
+    momentum : float in [0, 1)
+        SGD momentum (unused by Adam).
+    seed : int
+        Seeds the initial weights (numpy's generator; identical on every node).
+    device : {"cpu", "cuda", "auto"}
+        ``auto`` uses CUDA when available; ``cuda`` fails where it is not.
+
+    Only ``learning_rate``, ``weight_decay``, ``momentum`` and ``loss_function`` can change while
+    training.
+
+    Examples
+    --------
+    scikit-learn's digits (1,797 records of 64 pixels) through a running standard scaler,
+    streamed in file order three times in mini-batches of 16; prequential accuracy of each
+    pass:
+
+    >>> from sklearn.datasets import load_digits
+    >>> from learning import Pipeline, StandardScaler
+    >>> X, y = load_digits(return_X_y=True)
+    >>> pipe = Pipeline([StandardScaler()], MLP(hidden_layers=[64], learning_rate=0.005))
+    >>> for _ in range(3):
+    ...     hits = sum(pipe.test_then_train(X[i:i + 16], y[i:i + 16])[1]
+    ...                for i in range(0, len(X), 16))
+    ...     print(f"{hits / len(X):.3f}")
+    0.851
+    0.953
+    0.984
+
+    References
+    ----------
+    Rumelhart, D. E., Hinton, G. E., Williams, R. J. (1986) Learning representations by
+    back-propagating errors. Nature 323:533–536.
+    Kingma, D. P., Ba, J. (2015) Adam: a method for stochastic optimization. ICLR 2015.
+    """
+
+    def __init__(self, hidden_layers: list[int] | None = None, activation: str = "relu",
+                 optimizer: str = "adam", learning_rate: float = 0.005,
+                 loss_function: str = "cross_entropy", weight_decay: float = 0.0,
+                 momentum: float = 0.0, seed: int = 0, device: str = "cpu"):
+        self.hidden_layers = [64] if hidden_layers is None else hidden_layers
+        self.activation = activation
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.loss_function = loss_function
+        self.weight_decay = weight_decay
+        self.momentum = momentum
+        self.seed = seed
+        self.device = device
+        _check_int_list("hidden_layers", self.hidden_layers, 1)
+        self._common_checks()
+        self._reset()
+
+    def _make_body(self, d: int) -> tuple[Any, int]:
+        import torch.nn as nn
+
+        layers: list = []
+        width = d
+        for h in self.hidden_layers:
+            layers += [nn.Linear(width, h), _activation(self.activation)]
+            width = h
+        return nn.Sequential(*layers), width
+
+
+class CNN(_TorchClassifier):
+    """A small convolutional classifier (PyTorch) for image-shaped records.
+
+    A record of ``n_features = C·H·W`` numbers (row-major, channels first) is viewed as an
+    image ``image_shape = [C, H, W]``; each entry of ``channels`` adds a ``kernel_size ×
+    kernel_size`` convolution (padding ``kernel_size // 2``, so sizes are kept), the
+    activation and, while the image is at least 2×2, a 2×2 max-pool; then a dense layer of
+    ``hidden`` units (none if 0) and the linear head with one row per label. Training,
+    labels, loss, the flat vector and devices are as for :class:`MLP` (one optimizer step
+    per mini-batch).
+
+    Parameters
+    ----------
+    image_shape : [int, int, int]
+        ``[channels, height, width]`` of a record; e.g. ``[1, 8, 8]`` for digits.
+    channels : list of int
+        Output channels of each convolution.
+    kernel_size : int, odd, >= 1
+    hidden : int, >= 0
+        Width of the dense layer after the convolutions (0: none).
+
+    The defaults (one convolution of 8 channels, no dense layer, Adam at 0.01) were the best
+    of those tried on 8×8 digits (0.966 prequential accuracy on the third pass, against
+    0.936 for ``channels=[8, 16]``); larger images want more channels.
+    activation, optimizer, learning_rate, loss_function, weight_decay, momentum, seed, device
+        As for :class:`MLP`.
+
+    Examples
+    --------
+    Digits as 1×8×8 images, as for :class:`MLP`:
+
+    >>> from sklearn.datasets import load_digits
+    >>> from learning import Pipeline, StandardScaler
+    >>> X, y = load_digits(return_X_y=True)
+    >>> pipe = Pipeline([StandardScaler()], CNN(image_shape=[1, 8, 8], channels=[8]))
+    >>> for _ in range(3):
+    ...     hits = sum(pipe.test_then_train(X[i:i + 16], y[i:i + 16])[1]
+    ...                for i in range(0, len(X), 16))
+    ...     print(f"{hits / len(X):.3f}")
+    0.836
+    0.927
+    0.966
+
+    References
+    ----------
+    LeCun, Y., Bottou, L., Bengio, Y., Haffner, P. (1998) Gradient-based learning applied
+    to document recognition. Proc. IEEE 86(11):2278–2324.
+    """
+
+    def __init__(self, image_shape: list[int] | None = None, channels: list[int] | None = None,
+                 kernel_size: int = 3, hidden: int = 0, activation: str = "relu",
+                 optimizer: str = "adam", learning_rate: float = 0.01,
+                 loss_function: str = "cross_entropy", weight_decay: float = 0.0,
+                 momentum: float = 0.0, seed: int = 0, device: str = "cpu"):
+        self.image_shape = [1, 8, 8] if image_shape is None else image_shape
+        self.channels = [8] if channels is None else channels
+        self.kernel_size = kernel_size
+        self.hidden = hidden
+        self.activation = activation
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.loss_function = loss_function
+        self.weight_decay = weight_decay
+        self.momentum = momentum
+        self.seed = seed
+        self.device = device
+        _check_int_list("image_shape", self.image_shape, 1, length=3)
+        _check_int_list("channels", self.channels, 1)
+        _check_int("kernel_size", kernel_size, 1)
+        if kernel_size % 2 == 0:
+            raise HyperparameterError("kernel_size", f"kernel_size must be odd, got {kernel_size}")
+        _check_int("hidden", hidden, 0)
+        self._common_checks()
+        self._reset()
+
+    def _make_body(self, d: int) -> tuple[Any, int]:
+        import torch.nn as nn
+
+        C, H, W = self.image_shape
+        if d != C * H * W:
+            raise ValueError(f"records have {d} features; image_shape {self.image_shape} "
+                             f"needs {C * H * W}")
+        layers: list = [nn.Unflatten(1, (C, H, W))]
+        k = self.kernel_size
+        for out in self.channels:
+            layers += [nn.Conv2d(C, out, k, padding=k // 2), _activation(self.activation)]
+            C = out
+            if H >= 2 and W >= 2:
+                layers.append(nn.MaxPool2d(2))
+                H, W = H // 2, W // 2
+        layers.append(nn.Flatten())
+        width = C * H * W
+        if self.hidden:
+            layers += [nn.Linear(width, self.hidden), _activation(self.activation)]
+            width = self.hidden
+        return nn.Sequential(*layers), width
