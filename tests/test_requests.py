@@ -117,7 +117,7 @@ def test_unknown_protocol():
 
 
 def test_unknown_names_and_bad_hyperparameters():
-    e = error_of(create(learner={"name": "SVM"}))
+    e = error_of(create(learner={"name": "NoSuchLearner"}))
     assert (e.code, e.field) == ("unknown_learner", "learner.name")
     e = error_of(create(preProcessors=[{"name": "StandardScaler"}, {"name": "PCA"}]))
     assert (e.code, e.field) == ("unknown_preprocessor", "preProcessors[1].name")
@@ -133,7 +133,7 @@ def test_unknown_names_and_bad_hyperparameters():
     e = error_of(create(learner={"name": "PA", "parameters": {"classes": [0, 1],
                                                               "n_features": 2, "W": [1.0]}}))
     assert (e.code, e.field) == ("invalid_parameter", "learner.parameters.W")
-    e = error_of({"id": 1, "request": "Update", "learner": {"name": "SVM"}})
+    e = error_of({"id": 1, "request": "Update", "learner": {"name": "NoSuchLearner"}})
     assert e.code == "unknown_learner"
 
 
