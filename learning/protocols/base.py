@@ -7,6 +7,7 @@ the environment through a special control API").
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -185,7 +186,10 @@ class PipelineHub(Node):
 
     def __init__(self, request) -> None:
         super().__init__()
-        self.request = request
+        # the definition as it runs: every preprocessor's hyperparameters, defaults included
+        self.request = replace(request, pre_processors=[
+            {**p, "hyperParameters": make_preprocessor(p, i).hyperparameters()}
+            for i, p in enumerate(request.pre_processors)])
         self.learner = make_learner(request.learner)
         self.updates = 0
         self._reports: dict[int, dict[int, dict]] = {}
