@@ -44,28 +44,29 @@ def test_two_pipelines_update_query_delete(broker, data):
     cfg = local_config(broker.bootstrap_servers, topic_prefix="svc-", spokes=2, hubs=1)
     with Session(cfg, "service-lifecycle") as s:
         assert s.request(create(10, "PA", {"C": 0.01, "mode": 1}))["status"] == "ok"
-        assert s.request(create(11, "PA", {"C": 0.5, "mode": 2}, pre="MinMaxScaler"))["status"] == "ok"
+        assert s.request(create(11, "SVM", {"lam": 0.001}, pre="MinMaxScaler"))["status"] == "ok"
         # 1st third: both pipelines see every record
         _, a_train, a_fore = s.stream(X[:8000], y[:8000])
         q10 = s.wait_until_counted(10, a_train, a_fore)
         q11 = s.wait_until_counted(11, a_train, a_fore)
         assert q10["learner"]["hyperParameters"]["C"] == 0.01
+        assert q11["learner"]["name"] == "SVM"
         assert q11["preProcessors"] == [{"name": "MinMaxScaler", "hyperParameters": {}}]
 
-        # Update pipeline 11 mid-stream: new C and mini-batch size, same model
-        up = s.request({"id": 11, "request": "Update", "learner": {"hyperParameters": {"C": 0.05}},
+        # Update pipeline 11 mid-stream: new λ and mini-batch size, same model
+        up = s.request({"id": 11, "request": "Update", "learner": {"hyperParameters": {"lam": 0.0005}},
                         "trainingConfiguration": {"miniBatchSize": 64}})
         assert up["status"] == "ok", up
-        assert up["learner"]["hyperParameters"]["C"] == 0.05
+        assert up["learner"]["hyperParameters"]["lam"] == 0.0005
         assert up["trainingConfiguration"]["miniBatchSize"] == 64
         after = s.query(11)
         assert after["fitted"] == q11["fitted"]  # nothing refitted, nothing lost
         assert after["model"]["params"] == q11["model"]["params"]  # the model survived
-        assert after["learner"]["hyperParameters"]["C"] == 0.05
-        bad = s.request({"id": 11, "request": "Update", "learner": {"hyperParameters": {"C": -1}}})
+        assert after["learner"]["hyperParameters"]["lam"] == 0.0005
+        bad = s.request({"id": 11, "request": "Update", "learner": {"hyperParameters": {"lam": -1}}})
         assert bad["error"]["code"] == "invalid_hyperparameter"
-        assert bad["error"]["field"] == "learner.hyperParameters.C"
-        assert s.query(11)["learner"]["hyperParameters"]["C"] == 0.05  # all or nothing
+        assert bad["error"]["field"] == "learner.hyperParameters.lam"
+        assert s.query(11)["learner"]["hyperParameters"]["lam"] == 0.0005  # all or nothing
 
         # 2nd third, then delete pipeline 10
         _, b_train, b_fore = s.stream(X[8000:16000], y[8000:16000], first_id=8000)
@@ -131,8 +132,8 @@ HOSTILE = [
     ("update replaces learner", {"id": 20, "request": "Update", "learner": {"name": "PAClassifier"}},
      "unsupported", "learner.name"),  # PAClassifier is PA's class name, not the name it was created with
     ("update changes protocol", {"id": 20, "request": "Update",
-                                 "trainingConfiguration": {"protocol": "Gossip"}},
-     "unknown_protocol", "trainingConfiguration.protocol"),
+                                 "trainingConfiguration": {"protocol": "Independent"}},
+     "unsupported", "trainingConfiguration.protocol"),
     ("update bad C", {"id": 20, "request": "Update", "learner": {"hyperParameters": {"C": 0}}},
      "invalid_hyperparameter", "learner.hyperParameters.C"),
     ("update learned parameters", {"id": 20, "request": "Update",
