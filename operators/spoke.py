@@ -32,14 +32,14 @@ from learning.protocols import make_spoke
 from learning.protocols.base import RecordRejected
 from learning.requests import parse_request
 from middleware import SPOKE, codec
-from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 from middleware.errors import CodecError
+from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 from operators.routing import subtask_index
 
 __all__ = ["SpokeFunction", "DEFAULT_LIMITS", "error_response", "import_protocols"]
 
 log = logging.getLogger(__name__)
-_TRAIN, _PREDICT = "T", "P"
+_TRAIN = "T"  # the SQL source's tag of training records; forecasting ones are "P"
 
 
 def import_protocols(modules: tuple[str, ...]) -> None:
