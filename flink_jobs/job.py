@@ -139,7 +139,8 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
 
     spokes = (data.connect(messages)
               .process(SpokeFunction(cfg.spokes, cfg.hubs, keys, to_hubs_tag, responses_tag,
-                                     dead_tag, cfg.limits(), cfg.protocol_modules),
+                                     dead_tag, cfg.limits(), cfg.protocol_modules,
+                                     cfg.execution_mode),
                        output_type=Types.STRING())
               .name("spokes").uid("spokes").set_parallelism(cfg.spokes))
     hubs = (spokes.get_side_output(to_hubs_tag)

@@ -53,9 +53,11 @@ class RequestError(LearningError):
     Parameters
     ----------
     code : str
-        Machine-readable reason: ``invalid_json``, ``too_large``, ``schema``,
-        ``unknown_protocol``, ``unknown_learner``, ``unknown_preprocessor``,
-        ``invalid_hyperparameter``, ``invalid_parameter``.
+        Machine-readable reason: ``invalid_json``, ``invalid_message``, ``too_large``,
+        ``schema``, ``unknown_protocol``, ``unknown_learner``, ``unknown_preprocessor``,
+        ``invalid_hyperparameter``, ``invalid_parameter``, ``unsupported_pairing``,
+        ``exists``, ``not_found``, ``too_many_hubs``, ``too_many_pipelines``,
+        ``unsupported`` (the full list, with meanings: learning/schema/response.schema.json).
     message : str
         Human-readable explanation naming the offending field and value.
     field : str or None

@@ -102,17 +102,21 @@ class Pipeline:
         -------
         predictions : list of n_records labels
         n_correct : int
-            How many predictions equal their label (type-aware: ``True`` is not ``1``).
+            How many predictions equal their label (type-aware: ``True`` is not ``1``);
+            0 for regressors and clusterers (``learner.task`` not ``"classification"``).
         loss_sum : float
             Sum of the learner's per-record training losses (hinge for PA).
         """
         X = as_matrix(X)
-        labels = as_labels(y)
+        supervised = getattr(self.learner, "supervised", True)
+        labels = as_labels(y) if supervised else list(y)
         X_test = X
         for p in self.preprocessors:
             X_test, X = p.prequential_transform(X, X_test)
         predictions, loss_sum = self.learner.test_then_train(
             X, labels, X_test=None if X_test is X else X_test)
+        if getattr(self.learner, "task", "classification") != "classification":
+            return predictions, 0, float(loss_sum)  # accuracy means nothing here
         n_correct = sum(1 for p, t in zip(predictions, labels)
                         if p is not None and label_key(p) == label_key(t))
         return predictions, n_correct, float(loss_sum)

@@ -228,7 +228,7 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
     pre_processors = list(doc.get("preProcessors") or [])
     learner = doc.get("learner")
     if kind in ("Create", "Update"):
-        from learning.registry import make_learner, make_preprocessor
+        from learning.registry import check_pairing, make_learner, make_preprocessor
 
         try:
             for i, spec in enumerate(pre_processors):
@@ -236,6 +236,8 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
                     make_preprocessor(spec, i)
             if learner is not None and (kind == "Create" or learner.get("name") is not None):
                 make_learner(learner)
+            if kind == "Create":
+                check_pairing(learner, given.get("protocol", TRAINING_DEFAULTS["protocol"]))
         except RequestError as e:
             e.request_id = request_id
             raise

@@ -131,11 +131,14 @@ class SpokeFunction(CoProcessFunction):
         fragmented), ``max_response_params`` (larger models are summarized in Query).
     protocol_modules : tuple[str, ...]
         Modules registering user protocols, imported in ``open``.
+    execution_mode : str
+        PyFlink's ``python.execution-mode``; in ``"thread"`` mode learners with
+        ``needs_own_interpreter`` (PyTorch) are refused with code ``unsupported``.
     """
 
     def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
                  responses_tag, dead_letters_tag, limits: dict | None = None,
-                 protocol_modules: tuple[str, ...] = ()) -> None:
+                 protocol_modules: tuple[str, ...] = (), execution_mode: str = "thread") -> None:
         self.n_spokes = n_spokes
         self.n_hubs = n_hubs
         self.hub_keys = hub_keys
@@ -145,6 +148,7 @@ class SpokeFunction(CoProcessFunction):
         self.limits = {**DEFAULT_LIMITS, **(limits or {})}
         self.max_message_bytes = self.limits["max_message_bytes"]
         self.protocol_modules = protocol_modules
+        self.execution_mode = execution_mode
 
     def open(self, runtime_context) -> None:
         import_protocols(self.protocol_modules)
@@ -282,6 +286,13 @@ class SpokeFunction(CoProcessFunction):
             raise RequestError("too_many_hubs", f"hubParallelism {m} > the job's {self.n_hubs} hubs",
                                "trainingConfiguration.hubParallelism")
         node = make_spoke(req)
+        if self.execution_mode == "thread" and getattr(node.pipeline.learner,
+                                                       "needs_own_interpreter", False):
+            raise RequestError("unsupported", f"{req.learner['name']} needs PyFlink's process "
+                               "mode (python.execution-mode: process; omldm --mode process): "
+                               "its native bindings deadlock in an interpreter embedded in the "
+                               "JVM", 
+                               "learner.name")
         node.attach(_SpokeContext(self, req.id, m))
         self.nodes[req.id] = node
         self._control(m, {"op": "create", "spoke": self.index, "request": req.to_json()})

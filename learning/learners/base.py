@@ -102,6 +102,12 @@ class Learner(Component, abc.ABC):
     supervised: ClassVar[bool] = True
     averageable: ClassVar[bool] = True
     task: ClassVar[str] = "classification"
+    #: True for learners whose native bindings cannot run in a Python interpreter embedded
+    #: in the JVM (PyFlink's thread mode): PyTorch's pybind11 calls PyGILState_Ensure, which
+    #: deadlocks under pemja's thread states (seen: ``import torch`` hangs in
+    #: ``pybind11::detail::get_local_internals``); river's trees hang likewise. Kernels that
+    #: embed Python refuse them; PyFlink's process mode runs them.
+    needs_own_interpreter: ClassVar[bool] = False
 
     # --- required verbs -----------------------------------------------------------------
 

@@ -47,6 +47,10 @@ class _RiverTree(Learner):
     its tie-breaking: the first class in sorted order).
     """
 
+    # river's compiled parts (PyO3/Cython) hang when first used in PyFlink's thread mode,
+    # like PyTorch's pybind11 (seen: a Create of a tree never answered); see Learner
+    needs_own_interpreter = True
+
     averageable: ClassVar[bool] = False
     #: the river.tree class wrapped
     _RIVER: ClassVar[str]
@@ -72,7 +76,17 @@ class _RiverTree(Learner):
         self.classes: list = []  # labels learned, canonical order
         self._known: set = set()
         self.n_features: int | None = None
-        self._tree = self._make_tree()
+        self._tree_obj = None  # built on first use: constructing it imports river's tree
+
+    @property
+    def _tree(self) -> Any:
+        if self._tree_obj is None:
+            self._tree_obj = self._make_tree()
+        return self._tree_obj
+
+    @_tree.setter
+    def _tree(self, value: Any) -> None:
+        self._tree_obj = value
 
     def _river_kwargs(self) -> dict:
         return self.hyperparameters()

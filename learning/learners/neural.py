@@ -86,6 +86,8 @@ class _TorchClassifier(Learner):
     0 there and :meth:`project` fills absent classes with zeros. Weights live in float32.
     """
 
+    needs_own_interpreter = True  # PyTorch deadlocks in PyFlink thread mode (see Learner)
+
     #: hyperparameters that may change while the network trains
     _MUTABLE: ClassVar[tuple[str, ...]] = ("learning_rate", "weight_decay", "momentum",
                                            "loss_function")
@@ -101,6 +103,8 @@ class _TorchClassifier(Learner):
             raise HyperparameterError("momentum", f"momentum must be < 1, got {self.momentum!r}")
         _check_int("seed", self.seed, 0)
         check_choice("device", self.device, _DEVICES)
+        if self.device == "cuda":
+            _device("cuda")  # refuse at once where there is no GPU
 
     def _reset(self) -> None:
         self._labels = LabelIndex()
@@ -480,6 +484,8 @@ class _TorchClassifier(Learner):
         learning.errors.ParameterError
             Naming the key that is rejected.
         """
+        if not parameters:  # nothing to load: do not even import torch (see Learner)
+            return
         import torch
 
         known = {"classes", "n_features", "params", "optimizer"}

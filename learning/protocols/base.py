@@ -63,6 +63,8 @@ class PipelineSpoke(Node):
         self._X: list[list[float]] = []
         self._y: list[Any] = []
         self.fitted = self.predicted = self.rejected = self.correct = self.batches = 0
+        self.fit_errors = 0
+        self.last_error: str | None = None
         self.loss_sum = 0.0
         self.queries = 0
 
@@ -107,7 +109,15 @@ class PipelineSpoke(Node):
         self._X, self._y = [], []
         if len(X) == 0:
             return
-        _, n_correct, loss = self.pipeline.test_then_train(X, y)
+        try:
+            _, n_correct, loss = self.pipeline.test_then_train(X, y)
+        except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
+            # a batch the learner cannot take (e.g. a CNN fed records of the wrong width):
+            # counted and reported, never fatal to the job
+            self.rejected += len(X)
+            self.fit_errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return
         self.fitted += len(X)
         self.correct += n_correct
         self.loss_sum += float(loss)
@@ -139,8 +149,13 @@ class PipelineSpoke(Node):
         except (RecordRejected, TypeError, ValueError) as exc:
             self.rejected += 1
             raise RecordRejected(str(exc)) from exc
+        try:
+            prediction = self.pipeline.predict(X)[0]
+        except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
+            self.rejected += 1
+            raise RecordRejected(f"the learner cannot predict it: {exc}") from exc
         self.predicted += 1
-        return self.pipeline.predict(X)[0]
+        return prediction
 
     def on_batch_fitted(self, n_records: int) -> None:
         """Protocol hook: a mini-batch of ``n_records`` was just fitted."""
@@ -176,7 +191,8 @@ class PipelineSpoke(Node):
         return {
             "spoke": self.ctx.index, "fitted": self.fitted, "predicted": self.predicted,
             "rejected": self.rejected, "correct": self.correct, "loss": self.loss_sum,
-            "batches": self.batches, "network": self.stats.to_json(),
+            "batches": self.batches, "fitErrors": self.fit_errors, "lastError": self.last_error,
+            "network": self.stats.to_json(),
         }
 
 
@@ -260,12 +276,15 @@ class PipelineHub(Node):
             "fitted": fitted, "fittedPerSpoke": [s["fitted"] for s in spokes],
             "predicted": sum(s["predicted"] for s in spokes),
             "rejected": sum(s["rejected"] for s in spokes),
-            "prequentialAccuracy": correct / fitted if fitted else None,
+            "task": getattr(self.learner, "task", "classification"),
+            "prequentialAccuracy": (correct / fitted if fitted and getattr(
+                self.learner, "task", "classification") == "classification" else None),
             "cumulativeLoss": loss, "meanLoss": loss / fitted if fitted else None,
             "protocol": proto,
             "spokes": [{
                 "spoke": s["spoke"], "fitted": s["fitted"], "predicted": s["predicted"],
-                "rejected": s["rejected"], "messagesSent": s["network"]["messages_sent"],
+                "rejected": s["rejected"], "fitErrors": s["fitErrors"], "lastError": s["lastError"],
+                "messagesSent": s["network"]["messages_sent"],
                 "bytesSent": s["network"]["bytes_sent"],
                 "messagesReceived": s["network"]["messages_received"],
                 "bytesReceived": s["network"]["bytes_received"],
