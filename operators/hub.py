@@ -11,6 +11,7 @@ from it on their first message.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import orjson
@@ -29,6 +30,7 @@ from operators.spoke import DEFAULT_LIMITS, error_response, import_protocols
 __all__ = ["HubFunction"]
 
 log = logging.getLogger(__name__)
+LOG_EVERY_S = 5.0  # seconds between a pipeline's progress lines in the job's log
 
 
 class _HubContext:
@@ -91,6 +93,7 @@ class HubFunction(KeyedProcessFunction):
         self.copies: dict[tuple[int, int, str], set] = {}
         self.out: list[tuple[Any, Any]] = []
         self.dropped = 0
+        self.logged: dict[tuple[int, int], float] = {}
 
     def emit(self, value: dict) -> None:
         self.out.append((self.responses_tag,
@@ -119,6 +122,19 @@ class HubFunction(KeyedProcessFunction):
             return
         node.deliver(data)
         self._save(hub, network, node)
+        self._log_progress(hub, network, node)
+
+    def _log_progress(self, hub: int, network: int, node) -> None:
+        """A per-pipeline line in the job's log at most every ``LOG_EVERY_S`` seconds."""
+        now = time.monotonic()
+        if now - self.logged.get((hub, network), 0.0) < LOG_EVERY_S:
+            return
+        self.logged[(hub, network)] = now
+        stats = node.global_statistics()
+        log.info("pipeline %d hub %d: %s; %d messages / %d bytes in, %d / %d out", network, hub,
+                 ", ".join(f"{k}={v}" for k, v in stats.items() if not isinstance(v, (dict, list))),
+                 sum(node.stats.received_messages.values()), sum(node.stats.received_bytes.values()),
+                 sum(node.stats.sent_messages.values()), sum(node.stats.sent_bytes.values()))
 
     def _attach(self, hub: int, req) -> Any:
         node = make_hub(req)

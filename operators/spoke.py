@@ -98,15 +98,18 @@ class _SpokeContext:
         self.n_hubs = n_hubs
         self.max_message_bytes = op.max_message_bytes
         self.max_response_params = op.limits["max_response_params"]
+        self.pauses = 0  # this node's share of the operator's pause count
 
     def send(self, dst_index: int, data: bytes) -> None:
         self._op.out.append((self._op.to_hubs_tag, (self._op.hub_keys[dst_index], data)))
 
     def pause_stream(self) -> None:
         self._op.paused += 1
+        self.pauses += 1
 
     def resume_stream(self) -> None:
         self._op.paused -= 1
+        self.pauses -= 1
 
     def emit(self, stream: str, value: dict) -> None:
         self._op.emit(stream, value)
@@ -301,6 +304,8 @@ class SpokeFunction(CoProcessFunction):
         node = self._node(req)
         node.flush()
         del self.nodes[req.id]
+        self.paused -= node.ctx.pauses  # a node waiting on a round must not stall the others
+        node.ctx.pauses = 0
         self._control(node.ctx.n_hubs, {"op": "delete", "spoke": self.index,
                                         "request": req.to_json()})
 

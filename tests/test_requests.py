@@ -103,12 +103,13 @@ def test_request_id_recovered_on_errors():
 
 
 def test_unknown_protocol():
-    e = error_of(create(trainingConfiguration={"protocol": "FDA"}))
+    # a service that serves only Asynchronous: the others are known but not served
+    e = error_of(create(trainingConfiguration={"protocol": "FDA"}), protocols={"Asynchronous"})
     assert (e.code, e.field) == ("unknown_protocol", "trainingConfiguration.protocol")
     assert e.message == "protocol 'FDA' is not implemented yet"
     for name in ("Synchronous", "SSP", "EASGD", "EVENFLOW", "Adaptive"):
-        assert error_of(create(trainingConfiguration={"protocol": name})).code == \
-            "unknown_protocol"
+        assert error_of(create(trainingConfiguration={"protocol": name}),
+                        protocols={"Asynchronous"}).code == "unknown_protocol"
     e = error_of(create(trainingConfiguration={"protocol": "Gossip"}))
     assert e.code == "unknown_protocol" and "Gossip" in e.message
     r = parse_request(create(trainingConfiguration={"protocol": "SSP"}),

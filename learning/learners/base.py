@@ -17,7 +17,7 @@ import numpy as np
 
 from learning.component import Component
 
-__all__ = ["Learner", "label_key", "as_labels", "as_matrix"]
+__all__ = ["Learner", "label_key", "as_labels", "as_matrix", "as_test_matrix"]
 
 #: JSON scalar types a label may have. ``bool`` is its own type: ``True`` is not ``1``.
 LABEL_TYPES = (bool, int, float, str)
@@ -72,6 +72,23 @@ def as_matrix(X: Any, n_features: int | None = None) -> np.ndarray:
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(f"X has {X.shape[1]} features, the model expects {n_features}")
     return X
+
+
+def as_test_matrix(X_test: Any, X: np.ndarray) -> np.ndarray | None:
+    """``X_test`` (the records as predicted) checked against ``X`` (as learned): the same
+    width and number of records; None stays None.
+
+    Raises
+    ------
+    ValueError
+        If ``X_test`` is not 2-D or its shape is not ``X``'s.
+    """
+    if X_test is None:
+        return None
+    X_test = as_matrix(X_test, X.shape[1])
+    if X_test.shape[0] != X.shape[0]:
+        raise ValueError(f"X_test has {X_test.shape[0]} records, X has {X.shape[0]}")
+    return X_test
 
 
 class Learner(Component, abc.ABC):

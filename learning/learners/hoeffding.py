@@ -24,7 +24,8 @@ import numpy as np
 
 from learning.errors import (HyperparameterError, ParameterError, check_bool, check_choice,
                              check_real)
-from learning.learners.base import Learner, as_labels, as_matrix, label_key
+from learning.learners.base import Learner, as_labels, as_matrix, as_test_matrix, label_key
+from learning.learners.labels import LabelIndex
 from learning.learners.linear import check_n_features
 
 __all__ = ["HoeffdingTree", "HoeffdingAdaptiveTree"]
@@ -57,7 +58,20 @@ class _RiverTree(Learner):
     #: hyperparameters river lets change while the tree grows
     _MUTABLE: ClassVar[tuple[str, ...]] = ("grace_period", "delta", "tau")
 
-    def _common_checks(self) -> None:
+    def __init__(self, grace_period: int, delta: float, split_criterion: str,
+                 leaf_prediction: str, nb_threshold: int, tau: float, max_depth: int | None,
+                 binary_split: bool, max_size: float, merit_preprune: bool):
+        """Store and check the hyperparameters both trees have; an empty tree."""
+        self.grace_period = grace_period
+        self.delta = delta
+        self.split_criterion = split_criterion
+        self.leaf_prediction = leaf_prediction
+        self.nb_threshold = nb_threshold
+        self.tau = tau
+        self.max_depth = max_depth
+        self.binary_split = binary_split
+        self.max_size = max_size
+        self.merit_preprune = merit_preprune
         _check_int("grace_period", self.grace_period, 1)
         if self.max_depth is not None:
             _check_int("max_depth", self.max_depth, 1)
@@ -71,6 +85,7 @@ class _RiverTree(Learner):
         check_bool("binary_split", self.binary_split)
         check_real("max_size", self.max_size, gt=0)
         check_bool("merit_preprune", self.merit_preprune)
+        self._reset()
 
     def _reset(self) -> None:
         self.classes: list = []  # labels learned, canonical order
@@ -184,9 +199,8 @@ class _RiverTree(Learner):
         """
         X, rows = self._rows(X)
         labels = self._labels(X, y)
-        tests = rows if X_test is None else self._rows(as_matrix(X_test, X.shape[1]))[1]
-        if len(tests) != len(rows):
-            raise ValueError(f"X_test has {len(tests)} records, X has {len(rows)}")
+        X_test = as_test_matrix(X_test, X)
+        tests = rows if X_test is None else self._rows(X_test)[1]
         predict, learn = self._tree.predict_one, self._tree.learn_one
         predictions, wrong = [], 0
         for x, xt, label in zip(rows, tests, labels):
@@ -271,12 +285,7 @@ class _RiverTree(Learner):
             name = sorted(map(str, unknown))[0]
             raise ParameterError(name, f"unknown parameter {name!r} for {type(self).__name__}"
                                  f"; expected {', '.join(sorted(known))}")
-        try:
-            classes = as_labels(parameters.get("classes") or [])
-        except (TypeError, ValueError) as e:
-            raise ParameterError("classes", f"classes: {e}") from None
-        if len({label_key(v) for v in classes}) != len(classes):
-            raise ParameterError("classes", f"classes must be distinct, got {classes!r}")
+        classes = LabelIndex.checked(parameters.get("classes"))
         d = parameters.get("n_features")
         self._reset()
         self.n_features = None if d is None else check_n_features(d)
@@ -367,18 +376,8 @@ class HoeffdingTree(_RiverTree):
                  nb_threshold: int = 0, tau: float = 0.05, max_depth: int | None = None,
                  binary_split: bool = False, max_size: float = 100.0,
                  merit_preprune: bool = True):
-        self.grace_period = grace_period
-        self.delta = delta
-        self.split_criterion = split_criterion
-        self.leaf_prediction = leaf_prediction
-        self.nb_threshold = nb_threshold
-        self.tau = tau
-        self.max_depth = max_depth
-        self.binary_split = binary_split
-        self.max_size = max_size
-        self.merit_preprune = merit_preprune
-        self._common_checks()
-        self._reset()
+        super().__init__(grace_period, delta, split_criterion, leaf_prediction, nb_threshold,
+                         tau, max_depth, binary_split, max_size, merit_preprune)
 
 
 class HoeffdingAdaptiveTree(_RiverTree):
@@ -433,21 +432,12 @@ class HoeffdingAdaptiveTree(_RiverTree):
                  merit_preprune: bool = True, bootstrap_sampling: bool = True,
                  drift_window_threshold: int = 300, switch_significance: float = 0.05,
                  seed: int = 0):
-        self.grace_period = grace_period
-        self.delta = delta
-        self.split_criterion = split_criterion
-        self.leaf_prediction = leaf_prediction
-        self.nb_threshold = nb_threshold
-        self.tau = tau
-        self.max_depth = max_depth
-        self.binary_split = binary_split
-        self.max_size = max_size
-        self.merit_preprune = merit_preprune
+        super().__init__(grace_period, delta, split_criterion, leaf_prediction, nb_threshold,
+                         tau, max_depth, binary_split, max_size, merit_preprune)
         self.bootstrap_sampling = bootstrap_sampling
         self.drift_window_threshold = drift_window_threshold
         self.switch_significance = switch_significance
         self.seed = seed
-        self._common_checks()
         check_bool("bootstrap_sampling", bootstrap_sampling)
         _check_int("drift_window_threshold", drift_window_threshold, 1)
         check_real("switch_significance", switch_significance, gt=0)
@@ -455,4 +445,3 @@ class HoeffdingAdaptiveTree(_RiverTree):
             raise HyperparameterError("switch_significance", "switch_significance must be "
                                       f"< 1, got {switch_significance!r}")
         _check_int("seed", seed, 0)
-        self._reset()

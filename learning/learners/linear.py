@@ -3,9 +3,8 @@ order, arg-max prediction, the multi-class hinge, and the flat-vector plumbing (
 grow, project, JSON) that lets protocols average models of nodes that have seen different
 label sets (papers/002_9b954bd89ad87406.txt §3.3.3).
 
-:class:`learning.learners.PAClassifier` predates this module and carries the same
-structure inline; new linear classifiers (:class:`learning.learners.OnlineSVM`) derive from
-:class:`LinearClassifier` and only add their update rule.
+:class:`learning.learners.PAClassifier` and :class:`learning.learners.OnlineSVM` derive
+from :class:`LinearClassifier` and only add their update rule.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from learning.errors import ParameterError
-from learning.learners.base import Learner, as_labels, as_matrix
+from learning.learners.base import Learner, as_labels, as_matrix, as_test_matrix
 from learning.learners.labels import LabelIndex
 
 __all__ = ["LinearClassifier", "check_n_features", "load_matrix"]
@@ -63,8 +62,9 @@ class LinearClassifier(Learner, abc.ABC):
     stored together as ``_Wb: (n_classes, n_features + 1)``; row ``k`` belongs to
     ``classes[k]`` (canonical label order, see :class:`learning.learners.labels.LabelIndex`).
     Scores are ``s = X W^T + b``; the prediction is the arg-max (ties: the first label).
-    Subclasses implement :meth:`fit` and may keep extra learned state (e.g. a step
-    counter) through ``_extra_json`` / ``_load_extra``.
+    Records are learned one at a time, in order: subclasses implement the per-record loop
+    ``_stream`` (their update rule) and may keep extra learned state (e.g. a step counter)
+    through ``_extra_json`` / ``_load_extra``.
 
     Attributes
     ----------
@@ -76,6 +76,10 @@ class LinearClassifier(Learner, abc.ABC):
 
     #: keys of ``parameters`` besides classes, n_features, W, b (subclass state)
     _EXTRA_KEYS: tuple[str, ...] = ()
+    #: wording of :meth:`_load_parameters`' errors: the keys an unknown one is told to be
+    #: instead of (None: the known keys, sorted), and the shape hint of ``b``
+    _EXPECTED_KEYS: str | None = None
+    _B_HINT = " (classes)"
 
     def _init_model(self) -> None:
         self._labels = LabelIndex()
@@ -85,6 +89,60 @@ class LinearClassifier(Learner, abc.ABC):
     @property
     def classes(self) -> list:
         return self._labels.classes
+
+    # --- learning -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _stream(self, X: np.ndarray, labels: list, X_test: np.ndarray | None,
+                want_predictions: bool) -> tuple[list | None, float]:
+        """The per-record loop, the only place the model is updated: predict record ``i``
+        (``X_test[i]``, or ``X[i]`` when None) with the model after records ``< i`` if
+        ``want_predictions``, then learn ``X[i]``. Returns the predictions (None unless
+        wanted) and the sum of the losses suffered, each before its record's update."""
+
+    def fit(self, X: np.ndarray, y: Sequence) -> None:
+        """Learn the records in order, one update each.
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+        y : sequence of n_records labels
+
+        Raises
+        ------
+        ValueError
+            If ``len(y) != n_records``, the width is not ``n_features`` or a label is not
+            a JSON scalar.
+        """
+        X, labels = self._check_batch(X, y)
+        if labels:
+            self._stream(X, labels, None, want_predictions=False)
+
+    def test_then_train(self, X: np.ndarray, y: Sequence,
+                        X_test: np.ndarray | None = None) -> tuple[list, float]:
+        """Predict record ``i`` with the model after records ``< i``, then learn it.
+
+        Equivalent to river's ``predict_one`` / ``learn_one`` loop over the batch.
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+            Records as learned.
+        y : sequence of n_records labels
+        X_test : (n_records, n_features) float64 or None
+            Records as predicted (None: ``X``).
+
+        Returns
+        -------
+        predictions : list of n_records labels (None before any label was seen)
+        loss_sum : float
+            Sum of the multi-class hinge losses, each before its record's update.
+        """
+        X, labels = self._check_batch(X, y)
+        X_test = as_test_matrix(X_test, X)
+        if not labels:
+            return [], 0.0
+        return self._stream(X, labels, X_test, want_predictions=True)
 
     # --- batches ------------------------------------------------------------------------
 
@@ -280,15 +338,16 @@ class LinearClassifier(Learner, abc.ABC):
         unknown = set(parameters) - known
         if unknown:
             name = sorted(map(str, unknown))[0]
+            expected = self._EXPECTED_KEYS or ", ".join(sorted(known))
             raise ParameterError(name, f"unknown parameter {name!r} for "
-                                 f"{type(self).__name__}; expected {', '.join(sorted(known))}")
+                                 f"{type(self).__name__}; expected {expected}")
         classes = LabelIndex.checked(parameters.get("classes"))
         d = parameters.get("n_features")
         d = None if d is None else check_n_features(d)
         K = len(classes)
         Wb = np.zeros((K, (d or 0) + 1))
         W = load_matrix(parameters, "W", (K, d or 0), " (classes x n_features)")
-        b = load_matrix(parameters, "b", (K,), " (classes)")
+        b = load_matrix(parameters, "b", (K,), self._B_HINT)
         if W is not None:
             Wb[:, :d or 0] = W
         if b is not None:

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from learning.errors import HyperparameterError, ParameterError, check_choice, check_real
-from learning.learners.base import Learner, as_labels, as_matrix
+from learning.learners.base import Learner, as_labels, as_matrix, as_test_matrix
 from learning.learners.labels import LabelIndex
 from learning.learners.linear import check_n_features
 
@@ -92,7 +92,19 @@ class _TorchClassifier(Learner):
     _MUTABLE: ClassVar[tuple[str, ...]] = ("learning_rate", "weight_decay", "momentum",
                                            "loss_function")
 
-    def _common_checks(self) -> None:
+    def __init__(self, activation: str, optimizer: str, learning_rate: float,
+                 loss_function: str, weight_decay: float, momentum: float, seed: int,
+                 device: str):
+        """Store and check the hyperparameters both networks have (after the subclass
+        stored and checked its own); no network until ``n_features`` is known."""
+        self.activation = activation
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.loss_function = loss_function
+        self.weight_decay = weight_decay
+        self.momentum = momentum
+        self.seed = seed
+        self.device = device
         check_choice("activation", self.activation, _ACTIVATIONS)
         check_choice("optimizer", self.optimizer, _OPTIMIZERS)
         check_real("learning_rate", self.learning_rate, gt=0)
@@ -105,6 +117,7 @@ class _TorchClassifier(Learner):
         check_choice("device", self.device, _DEVICES)
         if self.device == "cuda":
             _device("cuda")  # refuse at once where there is no GPU
+        self._reset()
 
     def _reset(self) -> None:
         self._labels = LabelIndex()
@@ -291,10 +304,7 @@ class _TorchClassifier(Learner):
             with zero logits).
         """
         X, labels = self._check_batch(X, y)
-        if X_test is not None:
-            X_test = as_matrix(X_test, X.shape[1])
-            if X_test.shape[0] != X.shape[0]:
-                raise ValueError(f"X_test has {X_test.shape[0]} records, X has {X.shape[0]}")
+        X_test = as_test_matrix(X_test, X)
         if not labels:
             return [], 0.0
         predictions = None if X_test is None else self.predict(X_test)
@@ -592,17 +602,9 @@ class MLP(_TorchClassifier):
                  loss_function: str = "cross_entropy", weight_decay: float = 0.0,
                  momentum: float = 0.0, seed: int = 0, device: str = "cpu"):
         self.hidden_layers = [64] if hidden_layers is None else hidden_layers
-        self.activation = activation
-        self.optimizer = optimizer
-        self.learning_rate = learning_rate
-        self.loss_function = loss_function
-        self.weight_decay = weight_decay
-        self.momentum = momentum
-        self.seed = seed
-        self.device = device
         _check_int_list("hidden_layers", self.hidden_layers, 1)
-        self._common_checks()
-        self._reset()
+        super().__init__(activation, optimizer, learning_rate, loss_function, weight_decay,
+                         momentum, seed, device)
 
     def _make_body(self, d: int) -> tuple[Any, int]:
         import torch.nn as nn
@@ -673,22 +675,14 @@ class CNN(_TorchClassifier):
         self.channels = [8] if channels is None else channels
         self.kernel_size = kernel_size
         self.hidden = hidden
-        self.activation = activation
-        self.optimizer = optimizer
-        self.learning_rate = learning_rate
-        self.loss_function = loss_function
-        self.weight_decay = weight_decay
-        self.momentum = momentum
-        self.seed = seed
-        self.device = device
         _check_int_list("image_shape", self.image_shape, 1, length=3)
         _check_int_list("channels", self.channels, 1)
         _check_int("kernel_size", kernel_size, 1)
         if kernel_size % 2 == 0:
             raise HyperparameterError("kernel_size", f"kernel_size must be odd, got {kernel_size}")
         _check_int("hidden", hidden, 0)
-        self._common_checks()
-        self._reset()
+        super().__init__(activation, optimizer, learning_rate, loss_function, weight_decay,
+                         momentum, seed, device)
 
     def _make_body(self, d: int) -> tuple[Any, int]:
         import torch.nn as nn

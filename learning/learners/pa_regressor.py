@@ -10,12 +10,9 @@ papers/002_9b954bd89ad87406.txt §3.3.3 ("Passive-Aggressive (PA) regressor").
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
 from learning.errors import check_bool, check_choice, check_real
-from learning.learners.base import as_matrix
 from learning.learners.regressor import LinearRegressor
 
 __all__ = ["PARegressor"]
@@ -102,58 +99,11 @@ class PARegressor(LinearRegressor):
         check_bool("learn_intercept", learn_intercept)
         self._init_model()
 
-    def fit(self, X: np.ndarray, y: Sequence) -> None:
-        """Learn the records in order (one PA step each).
-
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-        y : sequence of n_records real targets
-
-        Raises
-        ------
-        ValueError
-            If ``len(y) != n_records``, the width is not ``n_features`` or a target is not
-            a finite real number.
-        """
-        X, t = self._check_targets(X, y, self.n_features)
-        self._learn_width(X)
-        if t.size:
-            self._stream(X, t, None)
-
-    def test_then_train(self, X: np.ndarray, y: Sequence,
-                        X_test: np.ndarray | None = None) -> tuple[list, float]:
-        """Predict record ``i`` with the model after records ``< i``, then learn it.
-
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-            Records as learned.
-        y : sequence of n_records real targets
-        X_test : (n_records, n_features) float64 or None
-            Records as predicted (None: ``X``).
-
-        Returns
-        -------
-        predictions : list of n_records floats
-        loss_sum : float
-            Sum of the absolute errors ``|y - ŷ|`` of those predictions (not the
-            ε-insensitive training loss): the prequential MAE times ``n_records``.
-        """
-        X, t = self._check_targets(X, y, self.n_features)
-        if X_test is not None:
-            X_test = as_matrix(X_test, X.shape[1])
-            if X_test.shape[0] != X.shape[0]:
-                raise ValueError(f"X_test has {X_test.shape[0]} records, X has {X.shape[0]}")
-        self._learn_width(X)
-        if not t.size:
-            return [], 0.0
-        predictions = self._stream(X, t, X_test)
-        return predictions, float(np.abs(t - np.asarray(predictions)).sum())
-
-    def _stream(self, X: np.ndarray, t: np.ndarray, X_test: np.ndarray | None) -> list:
+    def _learn(self, X: np.ndarray, t: np.ndarray, X_test: np.ndarray | None,
+               want_predictions: bool) -> list:
         """The per-record loop: the only place the model is updated. Returns the
-        prediction of each record (as predicted, ``X_test``) before its update."""
+        prediction of each record (as predicted, ``X_test``) before its update, wanted or
+        not (they are a by-product of the update)."""
         n, d = X.shape
         XA = np.ones((n, d + 1))
         XA[:, :d] = X

@@ -10,20 +10,17 @@ papers/002_9b954bd89ad87406.txt §3.3.3 (PA learners of OMLDM).
 
 from __future__ import annotations
 
-import bisect
-from typing import Any, Sequence
-
 import numpy as np
 
-from learning.errors import ParameterError, check_bool, check_choice, check_real
-from learning.learners.base import Learner, as_labels, as_matrix, label_key
+from learning.errors import check_bool, check_choice, check_real
+from learning.learners.linear import LinearClassifier
 
 __all__ = ["PAClassifier"]
 
 _NEG_INF = float("-inf")
 
 
-class PAClassifier(Learner):
+class PAClassifier(LinearClassifier):
     """Passive-aggressive classifier (PA, PA-I, PA-II) for any number of classes.
 
     The model is a weight matrix ``W: (n_classes, n_features) float64`` and intercepts
@@ -95,6 +92,10 @@ class PAClassifier(Learner):
     passive-aggressive algorithms. JMLR 7:551–585.
     """
 
+    # the wording of its load errors, which predates LinearClassifier
+    _EXPECTED_KEYS = "classes, n_features, W, b"
+    _B_HINT = " (classes x n_features)"
+
     def __init__(self, C: float = 0.01, mode: int = 1, learn_intercept: bool = True):
         self.C = C
         self.mode = mode
@@ -102,73 +103,11 @@ class PAClassifier(Learner):
         check_real("C", C, gt=0)
         check_choice("mode", mode, (0, 1, 2))
         check_bool("learn_intercept", learn_intercept)
-        self.classes: list = []
-        self.n_features: int | None = None
-        self._keys: list = []
-        self._index: dict = {}
-        self._Wb = np.zeros((0, 1))  # (n_classes, n_features + 1): [W | b]
-
-    # --- learning -----------------------------------------------------------------------
-
-    def fit(self, X: np.ndarray, y: Sequence) -> None:
-        """Learn from the records in order (one PA step each).
-
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-        y : sequence of n_records labels
-
-        Raises
-        ------
-        ValueError
-            If ``len(y) != n_records``, the width is not ``n_features`` or a label is not a
-            JSON scalar.
-        """
-        X, labels = self._check_batch(X, y)
-        if len(labels):
-            self._stream(X, labels, None, want_predictions=False)
-
-    def test_then_train(self, X: np.ndarray, y: Sequence,
-                        X_test: np.ndarray | None = None) -> tuple[list, float]:
-        """Predict record ``i`` with the model after records ``< i``, then learn it.
-
-        Equivalent to river's ``predict_one`` / ``learn_one`` loop over the batch.
-
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-            Records as learned.
-        y : sequence of n_records labels
-        X_test : (n_records, n_features) float64 or None
-            Records as predicted (None: ``X``).
-
-        Returns
-        -------
-        predictions : list of n_records labels (None before any label was seen)
-        loss_sum : float
-            Sum of the hinge losses suffered, each before its record's update.
-        """
-        X, labels = self._check_batch(X, y)
-        if X_test is not None:
-            X_test = as_matrix(X_test, X.shape[1])
-            if X_test.shape[0] != X.shape[0]:
-                raise ValueError(f"X_test has {X_test.shape[0]} records, X has {X.shape[0]}")
-        if not labels:
-            return [], 0.0
-        return self._stream(X, labels, X_test, want_predictions=True)
-
-    def _check_batch(self, X: Any, y: Sequence) -> tuple[np.ndarray, list]:
-        X = as_matrix(X, self.n_features)
-        labels = as_labels(y)
-        if len(labels) != X.shape[0]:
-            raise ValueError(f"y has {len(labels)} labels, X has {X.shape[0]} records")
-        if self.n_features is None and X.shape[0]:
-            self._set_n_features(X.shape[1])
-        return X, labels
+        self._init_model()
 
     def _stream(self, X: np.ndarray, labels: list, X_test: np.ndarray | None,
                 want_predictions: bool) -> tuple[list | None, float]:
-        """The per-record loop: the only place the model is updated."""
+        """One PA step per record (see :meth:`LinearClassifier._stream`)."""
         n, d = X.shape
         # Row -1 of XA[i] is the record as learned, row 0 as predicted; last column: 1.
         XA = np.ones((n, 1 if X_test is None else 2, d + 1))
@@ -181,9 +120,8 @@ class PAClassifier(Learner):
         sq = np.einsum("ij,ij->i", X, X).tolist()
         C, mode = float(self.C), self.mode
         half_C = 0.5 / C
-
-        keys = [label_key(v) for v in labels]
-        yidx = [self._index.get(k, -1) for k in keys]
+        index = self._labels
+        yidx = index.rows(labels)
         classes = self.classes
         Wb = self._Wb
         WbT = Wb.T
@@ -200,10 +138,9 @@ class PAClassifier(Learner):
                 predictions[i] = classes[0]
             yi = yidx[i]
             if yi < 0:  # a new label: a zero row at its sorted position
-                self._add_class(labels[i])
+                self._add_labels([labels[i]])
                 Wb, WbT, K = self._Wb, self._Wb.T, K + 1
-                index = self._index
-                yidx[i:] = [index.get(k, -1) for k in keys[i:]]
+                yidx[i:] = index.rows(labels[i:])
                 yi = yidx[i]
                 if K < 2:
                     continue
@@ -230,219 +167,3 @@ class PAClassifier(Learner):
                 Wb[yi] += u
                 Wb[sl.index(sr)] -= u
         return predictions, loss_sum
-
-    # --- prediction and evaluation ------------------------------------------------------
-
-    def _scores(self, X: np.ndarray) -> np.ndarray:
-        """``(n_records, n_classes)`` scores ``X W^T + b``."""
-        d = self.n_features
-        if d is None:
-            return np.broadcast_to(self._Wb[:, 0], (X.shape[0], len(self.classes))).copy()
-        return X @ self._Wb[:, :d].T + self._Wb[:, d]
-
-    def predict(self, X: np.ndarray) -> list:
-        """Arg-max class per record (ties: the first in canonical order).
-
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-
-        Returns
-        -------
-        list of n_records labels; all None if no label was ever learned.
-
-        Raises
-        ------
-        ValueError
-            If the width is not ``n_features``.
-        """
-        X = as_matrix(X, self.n_features)
-        K, n = len(self.classes), X.shape[0]
-        if K < 2:
-            return [self.classes[0] if K else None] * n
-        classes = self.classes
-        return [classes[j] for j in self._scores(X).argmax(axis=1).tolist()]
-
-    def loss(self, X: np.ndarray, y: Sequence) -> float:
-        """Sum over the batch of the multi-class hinge ``max(0, 1 - (s_y - max_{r≠y} s_r))``.
-
-        Labels the model has not seen score 0 (the zero row :meth:`grow` would add) and
-        count as rivals; a record with no rival class has loss 0. The model is unchanged.
-        """
-        X = as_matrix(X, self.n_features)
-        labels = as_labels(y)
-        if len(labels) != X.shape[0]:
-            raise ValueError(f"y has {len(labels)} labels, X has {X.shape[0]} records")
-        n = len(labels)
-        if n == 0:
-            return 0.0
-        index = dict(self._index)
-        for v in labels:
-            index.setdefault(label_key(v), len(index))
-        if len(index) < 2:
-            return 0.0
-        S = np.zeros((n, len(index)))
-        S[:, :len(self.classes)] = self._scores(X)
-        rows = np.arange(n)
-        yi = np.array([index[label_key(v)] for v in labels])
-        sy = S[rows, yi].copy()
-        S[rows, yi] = -np.inf
-        return float(np.maximum(0.0, 1.0 - sy + S.max(axis=1)).sum())
-
-    # --- the flat vector ----------------------------------------------------------------
-
-    def get_params(self) -> np.ndarray:
-        """``[W_0 | b_0, W_1 | b_1, ...]`` in the order of ``classes``: 1-D float64 of size
-        ``n_classes * (n_features + 1)`` (``n_features`` counts as 0 while unknown)."""
-        return self._Wb.ravel().copy()
-
-    def set_params(self, w: np.ndarray) -> None:
-        """Replace ``[W | b]`` with ``w`` laid out as :meth:`get_params`.
-
-        Raises
-        ------
-        ValueError
-            If ``w`` is not 1-D of size ``n_classes * (n_features + 1)``.
-        """
-        w = np.asarray(w, dtype=np.float64)
-        K, width = self._Wb.shape
-        if w.ndim != 1 or w.size != K * width:
-            raise ValueError(
-                f"expected a 1-D vector of {K * width} parameters ({K} classes x "
-                f"({width - 1} features + 1 intercept)), got shape {w.shape}")
-        self._Wb = w.reshape(K, width).copy()
-
-    def layout(self) -> dict:
-        """``{"classes": [...], "n_features": d or None}``: row ``k`` of the vector is
-        ``[W_k | b_k]`` of ``classes[k]``."""
-        return {"classes": list(self.classes), "n_features": self.n_features}
-
-    def grow(self, layout: dict) -> None:
-        """Add the classes of ``layout`` this model lacks (zero rows), learn ``n_features``.
-
-        Raises
-        ------
-        ValueError
-            If ``layout`` names another ``n_features`` or holds a label that is not a JSON
-            scalar.
-        """
-        d = layout.get("n_features")
-        if d is not None:
-            if self.n_features is None:
-                self._set_n_features(self._check_n_features(d))
-            elif d != self.n_features:
-                raise ValueError(f"layout has n_features={d}, the model has {self.n_features}")
-        for label in as_labels(layout.get("classes") or []):
-            if label_key(label) not in self._index:
-                self._add_class(label)
-
-    def project(self, w: np.ndarray, layout: dict) -> np.ndarray:
-        """Map ``w``, laid out as ``layout``, into this model's layout (after :meth:`grow`).
-
-        Rows of classes absent from ``layout`` are zeros.
-
-        Parameters
-        ----------
-        w : (len(layout["classes"]) * (layout["n_features"] + 1),) float64
-        layout : dict
-            ``{"classes": [...], "n_features": int or None}``.
-
-        Returns
-        -------
-        (n_classes * (n_features + 1),) float64
-
-        Raises
-        ------
-        ValueError
-            If ``w``'s size does not match ``layout``.
-        """
-        self.grow(layout)
-        other = as_labels(layout.get("classes") or [])
-        dp = layout.get("n_features") or 0
-        w = np.asarray(w, dtype=np.float64)
-        if w.ndim != 1 or w.size != len(other) * (dp + 1):
-            raise ValueError(f"expected a 1-D vector of {len(other) * (dp + 1)} parameters "
-                             f"for layout {layout}, got shape {w.shape}")
-        rows = w.reshape(len(other), dp + 1)
-        K, width = self._Wb.shape
-        out = np.zeros((K, width))
-        idx = [self._index[label_key(v)] for v in other]
-        out[idx, :dp] = rows[:, :dp]
-        out[idx, width - 1] = rows[:, dp]
-        return out.ravel()
-
-    # --- structure ----------------------------------------------------------------------
-
-    def _add_class(self, label: Any) -> None:
-        key = label_key(label)
-        pos = bisect.bisect(self._keys, key)
-        self._keys.insert(pos, key)
-        self.classes.insert(pos, label)
-        self._Wb = np.insert(self._Wb, pos, 0.0, axis=0)
-        self._index = {k: i for i, k in enumerate(self._keys)}
-
-    def _set_n_features(self, d: int) -> None:
-        Wb = np.zeros((len(self.classes), d + 1))
-        Wb[:, d] = self._Wb[:, -1]
-        self.n_features = d
-        self._Wb = Wb
-
-    @staticmethod
-    def _check_n_features(d: Any) -> int:
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
-            raise ParameterError("n_features", f"n_features must be an integer >= 1, got {d!r}")
-        return int(d)
-
-    # --- JSON ---------------------------------------------------------------------------
-
-    def _parameters_json(self) -> dict:
-        d = self.n_features or 0
-        return {"classes": list(self.classes), "n_features": self.n_features,
-                "W": self._Wb[:, :d].tolist(), "b": self._Wb[:, d].tolist()}
-
-    def _load_parameters(self, parameters: dict) -> None:
-        """Load ``{"classes", "n_features", "W", "b"}``; every key may be missing or null.
-
-        Classes may come in any order (rows of ``W`` and ``b`` follow them); they are put
-        in canonical order.
-
-        Raises
-        ------
-        learning.errors.ParameterError
-            Naming the key (``classes``, ``n_features``, ``W``, ``b``) that is rejected.
-        """
-        unknown = set(parameters) - {"classes", "n_features", "W", "b"}
-        if unknown:
-            name = sorted(map(str, unknown))[0]
-            raise ParameterError(name, f"unknown parameter {name!r} for PAClassifier; "
-                                 "expected classes, n_features, W, b")
-        try:
-            classes = as_labels(parameters.get("classes") or [])
-        except (TypeError, ValueError) as e:
-            raise ParameterError("classes", f"classes: {e}") from None
-        if len({label_key(v) for v in classes}) != len(classes):
-            raise ParameterError("classes", f"classes must be distinct, got {classes!r}")
-        d = parameters.get("n_features")
-        d = None if d is None else self._check_n_features(d)
-        K = len(classes)
-        Wb = np.zeros((K, (d or 0) + 1))
-        for name, shape, target in (("W", (K, d or 0), Wb[:, :d or 0]),
-                                    ("b", (K,), Wb[:, d or 0])):
-            value = parameters.get(name)
-            if value is None:
-                continue
-            try:
-                arr = np.asarray(value, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise ParameterError(name, f"{name} must hold numbers") from None
-            if arr.shape != shape or not np.all(np.isfinite(arr)):
-                raise ParameterError(
-                    name, f"{name} must be finite numbers of shape {shape} "
-                    f"(classes x n_features), got shape {arr.shape}")
-            target[...] = arr
-        order = sorted(range(K), key=lambda i: label_key(classes[i]))
-        self.classes = [classes[i] for i in order]
-        self._keys = [label_key(v) for v in self.classes]
-        self._index = {k: i for i, k in enumerate(self._keys)}
-        self.n_features = d
-        self._Wb = np.ascontiguousarray(Wb[order])

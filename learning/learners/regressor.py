@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from learning.errors import ParameterError
-from learning.learners.base import Learner, as_matrix
+from learning.learners.base import Learner, as_matrix, as_test_matrix
 from learning.learners.linear import check_n_features, load_matrix
 
 __all__ = ["Regressor", "LinearRegressor", "as_targets"]
@@ -95,11 +95,12 @@ class Regressor(Learner, abc.ABC):
 
 
 class LinearRegressor(Regressor, abc.ABC):
-    """A regressor whose model is ``ŷ = w · x + b`` and whose flat vector is ``[w | b]``.
+    """A regressor whose model is ``ŷ = w · x + b`` and whose flat vector is ``[w | b]``
+    (:class:`learning.learners.OnlineRidge` keeps the model but replaces the vector).
 
     State: ``n_features`` (None until the first batch) and ``_wb: (n_features + 1,)``
     float64 (``w`` then ``b``; empty while ``n_features`` is unknown, as nothing can have
-    been learned then).
+    been learned then). Subclasses implement ``_learn``, their update rule.
     """
 
     def _init_model(self) -> None:
@@ -113,6 +114,61 @@ class LinearRegressor(Regressor, abc.ABC):
     def _set_n_features(self, d: int) -> None:
         self.n_features = d
         self._wb = np.zeros(d + 1)
+
+    # --- learning -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _learn(self, X: np.ndarray, t: np.ndarray, X_test: np.ndarray | None,
+               want_predictions: bool) -> Any:
+        """Learn the records ``X`` (targets ``t``, at least one) in order. If
+        ``want_predictions``, return the prediction of each record (``X_test[i]``, or
+        ``X[i]`` when None) by the model after records ``< i`` (a list or an array)."""
+
+    def fit(self, X: np.ndarray, y: Sequence) -> None:
+        """Learn the batch (see the class docstring).
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+        y : sequence of n_records real targets
+
+        Raises
+        ------
+        ValueError
+            If ``len(y) != n_records``, the width is not ``n_features`` or a target is not
+            a finite real number.
+        """
+        X, t = self._check_targets(X, y, self.n_features)
+        self._learn_width(X)
+        if t.size:
+            self._learn(X, t, None, want_predictions=False)
+
+    def test_then_train(self, X: np.ndarray, y: Sequence,
+                        X_test: np.ndarray | None = None) -> tuple[list, float]:
+        """Predict record ``i`` with the model after records ``< i``, then learn it.
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+            Records as learned.
+        y : sequence of n_records real targets
+        X_test : (n_records, n_features) float64 or None
+            Records as predicted (None: ``X``).
+
+        Returns
+        -------
+        predictions : list of n_records floats
+        loss_sum : float
+            Sum of the absolute errors ``|y - ŷ|`` of those predictions (not the training
+            loss): the prequential MAE times ``n_records``.
+        """
+        X, t = self._check_targets(X, y, self.n_features)
+        X_test = as_test_matrix(X_test, X)
+        self._learn_width(X)
+        if not t.size:
+            return [], 0.0
+        predictions = np.asarray(self._learn(X, t, X_test, want_predictions=True))
+        return predictions.tolist(), float(np.abs(t - predictions).sum())
 
     @property
     def coef(self) -> np.ndarray:
@@ -129,6 +185,11 @@ class LinearRegressor(Regressor, abc.ABC):
         return X @ self._wb[:-1] + self._wb[-1]
 
     # --- the flat vector ----------------------------------------------------------------
+
+    @staticmethod
+    def _vector_size(d: int) -> int:
+        """The size of :meth:`get_params` for ``d`` features."""
+        return d + 1
 
     def get_params(self) -> np.ndarray:
         """``[w | b]``: 1-D float64 of size ``n_features + 1`` (0 while unknown)."""
@@ -180,11 +241,11 @@ class LinearRegressor(Regressor, abc.ABC):
         self.grow(layout)
         w = np.asarray(w, dtype=np.float64)
         d = layout.get("n_features")
-        size = 0 if d is None else d + 1
+        size = 0 if d is None else self._vector_size(d)
         if w.ndim != 1 or w.size != size:
             raise ValueError(f"expected a 1-D vector of {size} parameters for layout "
                              f"{layout}, got shape {w.shape}")
-        return w.copy() if size else np.zeros_like(self._wb)
+        return w.copy() if size else np.zeros_like(self.get_params())
 
     # --- JSON ---------------------------------------------------------------------------
 

@@ -12,19 +12,16 @@ papers/002_9b954bd89ad87406.txt §3.3.3 ("Online Ridge Regression").
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
 from learning.errors import ParameterError, check_bool, check_real
-from learning.learners.base import as_matrix
 from learning.learners.linear import check_n_features, load_matrix
-from learning.learners.regressor import Regressor
+from learning.learners.regressor import LinearRegressor
 
 __all__ = ["OnlineRidge"]
 
 
-class OnlineRidge(Regressor):
+class OnlineRidge(LinearRegressor):
     """Online ridge regression: the exact ridge solution on every record seen so far.
 
     With ``x̃ = [x | 1]`` the model keeps the sufficient statistics of all records learned,
@@ -109,14 +106,6 @@ class OnlineRidge(Regressor):
     def n(self) -> float:
         return float(self._G[-1, -1]) if self._G.size else 0.0
 
-    @property
-    def coef(self) -> np.ndarray:
-        return self._wb[:-1].copy()
-
-    @property
-    def intercept(self) -> float:
-        return float(self._wb[-1]) if self._wb.size else 0.0
-
     # --- solving ------------------------------------------------------------------------
 
     def _system(self) -> tuple[np.ndarray, np.ndarray, int]:
@@ -150,65 +139,19 @@ class OnlineRidge(Regressor):
         XA[:, :-1] = X
         return XA
 
-    def fit(self, X: np.ndarray, y: Sequence) -> None:
-        """Add the batch to the statistics and solve once.
-
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-        y : sequence of n_records real targets
-
-        Raises
-        ------
-        ValueError
-            If ``len(y) != n_records``, the width is not ``n_features`` or a target is not
-            a finite real number.
-        """
-        X, t = self._check_targets(X, y, self.n_features)
-        if not t.size:
-            return
-        if self.n_features is None:
-            self._set_n_features(X.shape[1])
+    def _learn(self, X: np.ndarray, t: np.ndarray, X_test: np.ndarray | None,
+               want_predictions: bool) -> np.ndarray | None:
+        """Add the batch to the statistics and solve once; the predictions, if wanted, by
+        the solution on all records before each (:meth:`_prequential`)."""
         XA = self._augment(X)
+        predictions = None
+        if want_predictions:
+            XT = XA if X_test is None else self._augment(X_test)
+            predictions = self._prequential(XA, XT, t)
         self._G += XA.T @ XA
         self._h += XA.T @ t
         self._solve()
-
-    def test_then_train(self, X: np.ndarray, y: Sequence,
-                        X_test: np.ndarray | None = None) -> tuple[list, float]:
-        """Predict record ``i`` with the ridge solution on all records before it, then
-        learn it.
-
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-            Records as learned.
-        y : sequence of n_records real targets
-        X_test : (n_records, n_features) float64 or None
-            Records as predicted (None: ``X``).
-
-        Returns
-        -------
-        predictions : list of n_records floats
-        loss_sum : float
-            Sum of the absolute errors of those predictions.
-        """
-        X, t = self._check_targets(X, y, self.n_features)
-        if X_test is not None:
-            X_test = as_matrix(X_test, X.shape[1])
-            if X_test.shape[0] != X.shape[0]:
-                raise ValueError(f"X_test has {X_test.shape[0]} records, X has {X.shape[0]}")
-        if not t.size:
-            return [], 0.0
-        if self.n_features is None:
-            self._set_n_features(X.shape[1])
-        XA = self._augment(X)
-        XT = XA if X_test is None else self._augment(X_test)
-        predictions = self._prequential(XA, XT, t)
-        self._G += XA.T @ XA
-        self._h += XA.T @ t
-        self._solve()
-        return predictions.tolist(), float(np.abs(t - predictions).sum())
+        return predictions
 
     def _prequential(self, XA: np.ndarray, XT: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Predictions of ``XT[i]`` by the solution after records ``< i`` (RLS steps on a
@@ -248,6 +191,10 @@ class OnlineRidge(Regressor):
     def _triu(self) -> tuple[np.ndarray, np.ndarray]:
         return np.triu_indices(self._G.shape[0])
 
+    @staticmethod
+    def _vector_size(d: int) -> int:
+        return (d + 1) * (d + 2) // 2 + d + 1
+
     def get_params(self) -> np.ndarray:
         """``[upper triangle of G row by row | h]``: 1-D float64 of size
         ``(d + 1)(d + 2)/2 + d + 1`` (0 while ``n_features`` is unknown)."""
@@ -280,46 +227,7 @@ class OnlineRidge(Regressor):
         """``{"n_features": d or None, "statistics": "triu(G)|h"}``."""
         return {"n_features": self.n_features, "statistics": "triu(G)|h"}
 
-    def grow(self, layout: dict) -> None:
-        """Learn ``n_features`` from ``layout`` if unknown.
-
-        Raises
-        ------
-        ValueError
-            If ``layout`` names another ``n_features``.
-        """
-        d = layout.get("n_features")
-        if d is None:
-            return
-        if self.n_features is None:
-            self._set_n_features(check_n_features(d))
-        elif d != self.n_features:
-            raise ValueError(f"layout has n_features={d}, the model has {self.n_features}")
-
-    def project(self, w: np.ndarray, layout: dict) -> np.ndarray:
-        """``w`` in this layout (after :meth:`grow`); the empty vector of a model that
-        never knew its width is the zero statistics.
-
-        Raises
-        ------
-        ValueError
-            If ``w``'s size does not match ``layout``.
-        """
-        self.grow(layout)
-        d = layout.get("n_features")
-        size = 0 if d is None else (d + 1) * (d + 2) // 2 + d + 1
-        w = np.asarray(w, dtype=np.float64)
-        if w.ndim != 1 or w.size != size:
-            raise ValueError(f"expected a 1-D vector of {size} parameters for layout "
-                             f"{layout}, got shape {w.shape}")
-        return w.copy() if size else np.zeros_like(self.get_params())
-
     # --- JSON ---------------------------------------------------------------------------
-
-    def _predict_array(self, X: np.ndarray) -> np.ndarray:
-        if self.n_features is None:
-            return np.zeros(X.shape[0])
-        return X @ self._wb[:-1] + self._wb[-1]
 
     def _parameters_json(self) -> dict:
         return {"n_features": self.n_features, "G": self._G.tolist(), "h": self._h.tolist()}

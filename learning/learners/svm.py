@@ -14,12 +14,9 @@ papers/002_9b954bd89ad87406.txt §3.3.3 ("Online Support Vector Machine (SVM) cl
 from __future__ import annotations
 
 import math
-from typing import Sequence
-
 import numpy as np
 
 from learning.errors import ParameterError, check_bool, check_real
-from learning.learners.base import as_matrix
 from learning.learners.linear import LinearClassifier
 
 __all__ = ["OnlineSVM"]
@@ -115,54 +112,9 @@ class OnlineSVM(LinearClassifier):
         self.t = 0
         self._init_model()
 
-    def fit(self, X: np.ndarray, y: Sequence) -> None:
-        """Learn the records in order, one Pegasos step each.
-
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-        y : sequence of n_records labels
-
-        Raises
-        ------
-        ValueError
-            If ``len(y) != n_records``, the width is not ``n_features`` or a label is not
-            a JSON scalar.
-        """
-        X, labels = self._check_batch(X, y)
-        if labels:
-            self._stream(X, labels, None, want_predictions=False)
-
-    def test_then_train(self, X: np.ndarray, y: Sequence,
-                        X_test: np.ndarray | None = None) -> tuple[list, float]:
-        """Predict record ``i`` with the model after records ``< i``, then learn it.
-
-        Parameters
-        ----------
-        X : (n_records, n_features) float64
-            Records as learned.
-        y : sequence of n_records labels
-        X_test : (n_records, n_features) float64 or None
-            Records as predicted (None: ``X``).
-
-        Returns
-        -------
-        predictions : list of n_records labels (None before any label was seen)
-        loss_sum : float
-            Sum of the multi-class hinge losses, each before its record's step.
-        """
-        X, labels = self._check_batch(X, y)
-        if X_test is not None:
-            X_test = as_matrix(X_test, X.shape[1])
-            if X_test.shape[0] != X.shape[0]:
-                raise ValueError(f"X_test has {X_test.shape[0]} records, X has {X.shape[0]}")
-        if not labels:
-            return [], 0.0
-        return self._stream(X, labels, X_test, want_predictions=True)
-
     def _stream(self, X: np.ndarray, labels: list, X_test: np.ndarray | None,
                 want_predictions: bool) -> tuple[list | None, float]:
-        """The per-record loop: the only place the model is updated."""
+        """One Pegasos step per record (see :meth:`LinearClassifier._stream`)."""
         n, d = X.shape
         # Row -1 of XA[i] is the record as learned, row 0 as predicted; last column: 1.
         XA = np.ones((n, 1 if X_test is None else 2, d + 1))

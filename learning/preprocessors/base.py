@@ -13,8 +13,9 @@ import abc
 import numpy as np
 
 from learning.component import Component
+from learning.errors import HyperparameterError, ParameterError
 
-__all__ = ["Preprocessor"]
+__all__ = ["Preprocessor", "StatelessPreprocessor"]
 
 
 class Preprocessor(Component, abc.ABC):
@@ -90,3 +91,80 @@ class Preprocessor(Component, abc.ABC):
             empty = self.transform(X[:0])
             return empty, empty
         return np.vstack(tested), np.vstack(learned)
+
+
+class StatelessPreprocessor(Preprocessor):
+    """What preprocessors without statistics share (feature selection, polynomial
+    features): one function of the record, ``_apply`` (subclass), serves learning,
+    transforming and both views of a training batch; nothing is learned but the input width
+    ``n_features``, fixed by the first batch, which is all the JSON state; and no
+    hyperparameter may change while the pipeline runs (each changes the record width).
+
+    Subclasses implement ``_apply`` and ``_load_width`` (take a loaded width).
+    """
+
+    @abc.abstractmethod
+    def _apply(self, X: np.ndarray) -> np.ndarray:
+        """``X`` transformed; the first batch fixes the width (ValueError if it changes)."""
+
+    @abc.abstractmethod
+    def _load_width(self, d: int) -> None:
+        """Take the loaded width ``d`` (an int >= 1), or raise a ParameterError."""
+
+    def update_hyperparameters(self, **kw) -> None:
+        """Nothing may change while the pipeline runs: every hyperparameter changes the
+        record width the learner after it was built for.
+
+        Raises
+        ------
+        learning.errors.HyperparameterError
+            For any hyperparameter whose value would change.
+        """
+        for name, value in kw.items():
+            if name in self.hyperparameters() and value != getattr(self, name):
+                raise HyperparameterError(name, f"{name} cannot change while the pipeline "
+                                          "runs (it changes the record width)")
+        super().update_hyperparameters(**kw)
+
+    def learn_transform(self, X: np.ndarray) -> np.ndarray:
+        """The transformed records (the first batch fixes the width).
+
+        Raises
+        ------
+        ValueError
+            If the width changes (or does not fit the hyperparameters).
+        """
+        return self._apply(X)
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        """As :meth:`learn_transform` (nothing is learned)."""
+        return self._apply(X)
+
+    def prequential_transform(self, X: np.ndarray, X_test: np.ndarray | None = None
+                              ) -> tuple[np.ndarray, np.ndarray]:
+        """Both views transformed alike (there are no statistics)."""
+        out = self._apply(X)
+        return (out if X_test is None else self._apply(X_test)), out
+
+    def _parameters_json(self) -> dict:
+        return {"n_features": self.n_features}
+
+    def _load_parameters(self, parameters: dict) -> None:
+        """Load ``{"n_features"}`` (may be missing or null).
+
+        Raises
+        ------
+        learning.errors.ParameterError
+            For an unknown key or a bad width.
+        """
+        unknown = set(parameters) - {"n_features"}
+        if unknown:
+            name = sorted(map(str, unknown))[0]
+            raise ParameterError(name, f"unknown parameter {name!r} for {type(self).__name__}; "
+                                 "expected n_features")
+        d = parameters.get("n_features")
+        if d is None:
+            return
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise ParameterError("n_features", f"n_features must be an integer >= 1, got {d!r}")
+        self._load_width(d)

@@ -7,13 +7,13 @@ from itertools import combinations, combinations_with_replacement
 
 import numpy as np
 
-from learning.errors import HyperparameterError, ParameterError, check_bool
-from learning.preprocessors.base import Preprocessor
+from learning.errors import HyperparameterError, check_bool
+from learning.preprocessors.base import StatelessPreprocessor
 
 __all__ = ["PolynomialFeatures"]
 
 
-class PolynomialFeatures(Preprocessor):
+class PolynomialFeatures(StatelessPreprocessor):
     """All products of up to ``degree`` features, in scikit-learn's order.
 
     ``X: (n_records, d) float64 → (n_records, n_out) float64``: the features themselves,
@@ -65,21 +65,6 @@ class PolynomialFeatures(Preprocessor):
             return None
         return int(self.include_bias) + sum(g.shape[0] for g in self._groups)
 
-    def update_hyperparameters(self, **kw) -> None:
-        """Nothing may change while the pipeline runs: every hyperparameter changes the
-        record width the learner after it was built for.
-
-        Raises
-        ------
-        learning.errors.HyperparameterError
-            For any hyperparameter whose value would change.
-        """
-        for name, value in kw.items():
-            if name in self.hyperparameters() and value != getattr(self, name):
-                raise HyperparameterError(name, f"{name} cannot change while the pipeline "
-                                          "runs (it changes the record width)")
-        super().update_hyperparameters(**kw)
-
     def _plan(self, d: int) -> None:
         """Index tuples of each degree: one ``(n_terms_k, k)`` array per ``k``."""
         pick = combinations if self.interaction_only else combinations_with_replacement
@@ -90,7 +75,10 @@ class PolynomialFeatures(Preprocessor):
                 self._groups.append(np.asarray(terms, dtype=np.intp))
         self.n_features = d
 
-    def _expand(self, X: np.ndarray) -> np.ndarray:
+    def _load_width(self, d: int) -> None:
+        self._plan(d)
+
+    def _apply(self, X: np.ndarray) -> np.ndarray:
         X = np.ascontiguousarray(X, dtype=np.float64)
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D (n_records, n_features), got shape {X.shape}")
@@ -102,46 +90,3 @@ class PolynomialFeatures(Preprocessor):
         for idx in self._groups:
             parts.append(X[:, idx].prod(axis=2) if idx.shape[1] > 1 else X[:, idx[:, 0]])
         return np.hstack(parts) if parts else np.empty((X.shape[0], 0))
-
-    def learn_transform(self, X: np.ndarray) -> np.ndarray:
-        """The expansion (the first batch fixes the width).
-
-        Raises
-        ------
-        ValueError
-            If the width changes.
-        """
-        return self._expand(X)
-
-    def transform(self, X: np.ndarray) -> np.ndarray:
-        """The expansion (nothing is learned)."""
-        return self._expand(X)
-
-    def prequential_transform(self, X: np.ndarray, X_test: np.ndarray | None = None
-                              ) -> tuple[np.ndarray, np.ndarray]:
-        """Both views expanded (there are no statistics)."""
-        out = self._expand(X)
-        return (out if X_test is None else self._expand(X_test)), out
-
-    def _parameters_json(self) -> dict:
-        return {"n_features": self.n_features}
-
-    def _load_parameters(self, parameters: dict) -> None:
-        """Load ``{"n_features"}`` (may be missing or null).
-
-        Raises
-        ------
-        learning.errors.ParameterError
-            For an unknown key or a bad width.
-        """
-        unknown = set(parameters) - {"n_features"}
-        if unknown:
-            name = sorted(map(str, unknown))[0]
-            raise ParameterError(name, f"unknown parameter {name!r} for PolynomialFeatures; "
-                                 "expected n_features")
-        d = parameters.get("n_features")
-        if d is None:
-            return
-        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-            raise ParameterError("n_features", f"n_features must be an integer >= 1, got {d!r}")
-        self._plan(d)

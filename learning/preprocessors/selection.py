@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 
 from learning.errors import HyperparameterError, ParameterError, check_bool
-from learning.preprocessors.base import Preprocessor
+from learning.preprocessors.base import StatelessPreprocessor
 
 __all__ = ["FeatureSelector"]
 
 
-class FeatureSelector(Preprocessor):
+class FeatureSelector(StatelessPreprocessor):
     """Keep (or drop) the features at the given indices.
 
     ``X: (n_records, n_features) float64 → (n_records, n_out) float64`` where, with
@@ -66,21 +66,6 @@ class FeatureSelector(Preprocessor):
         self.n_features: int | None = None
         self._columns: np.ndarray | None = None
 
-    def update_hyperparameters(self, **kw) -> None:
-        """Nothing may change while the pipeline runs: every hyperparameter changes the
-        record width the learner after it was built for.
-
-        Raises
-        ------
-        learning.errors.HyperparameterError
-            For any hyperparameter whose value would change.
-        """
-        for name, value in kw.items():
-            if name in self.hyperparameters() and value != getattr(self, name):
-                raise HyperparameterError(name, f"{name} cannot change while the pipeline "
-                                          "runs (it changes the record width)")
-        super().update_hyperparameters(**kw)
-
     def _resolve(self, d: int) -> np.ndarray:
         bad = [i for i in self.indices if not -d <= i < d]
         if bad:
@@ -90,7 +75,7 @@ class FeatureSelector(Preprocessor):
             idx = [j for j in range(d) if j not in set(idx)]
         return np.asarray(idx, dtype=np.intp)
 
-    def _select(self, X: Any) -> np.ndarray:
+    def _apply(self, X: Any) -> np.ndarray:
         X = np.ascontiguousarray(X, dtype=np.float64)
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D (n_records, n_features), got shape {X.shape}")
@@ -102,47 +87,7 @@ class FeatureSelector(Preprocessor):
                              f"{self.n_features}")
         return X[:, self._columns]
 
-    def learn_transform(self, X: np.ndarray) -> np.ndarray:
-        """The selected columns (the first batch fixes the width).
-
-        Raises
-        ------
-        ValueError
-            If an index is out of range or the width changes.
-        """
-        return self._select(X)
-
-    def transform(self, X: np.ndarray) -> np.ndarray:
-        """The selected columns (as :meth:`learn_transform`; nothing is learned)."""
-        return self._select(X)
-
-    def prequential_transform(self, X: np.ndarray, X_test: np.ndarray | None = None
-                              ) -> tuple[np.ndarray, np.ndarray]:
-        """Both views are the selected columns (there are no statistics)."""
-        out = self._select(X)
-        return (out if X_test is None else self._select(X_test)), out
-
-    def _parameters_json(self) -> dict:
-        return {"n_features": self.n_features}
-
-    def _load_parameters(self, parameters: dict) -> None:
-        """Load ``{"n_features"}`` (may be missing or null).
-
-        Raises
-        ------
-        learning.errors.ParameterError
-            For an unknown key or a width the indices do not fit.
-        """
-        unknown = set(parameters) - {"n_features"}
-        if unknown:
-            name = sorted(map(str, unknown))[0]
-            raise ParameterError(name, f"unknown parameter {name!r} for FeatureSelector; "
-                                 "expected n_features")
-        d = parameters.get("n_features")
-        if d is None:
-            return
-        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-            raise ParameterError("n_features", f"n_features must be an integer >= 1, got {d!r}")
+    def _load_width(self, d: int) -> None:
         try:
             self._columns = self._resolve(d)
         except ValueError as e:

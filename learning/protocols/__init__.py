@@ -10,9 +10,15 @@ from __future__ import annotations
 import inspect
 
 from learning.errors import RequestError
+from learning.protocols.adaptive import AdaptiveHub, AdaptiveSpoke
 from learning.protocols.asynchronous import AsynchronousHub, AsynchronousSpoke
 from learning.protocols.base import PipelineHub, PipelineSpoke
+from learning.protocols.easgd import ElasticAveragingHub, ElasticAveragingSpoke
+from learning.protocols.evenflow import EvenFlowHub, EvenFlowSpoke
+from learning.protocols.fda import FunctionalDynamicAveragingHub, FunctionalDynamicAveragingSpoke
 from learning.protocols.independent import IndependentHub, IndependentSpoke
+from learning.protocols.ssp import StaleSynchronousHub, StaleSynchronousSpoke
+from learning.protocols.synchronous import SynchronousHub, SynchronousSpoke
 
 __all__ = ["PROTOCOLS", "register_protocol", "make_spoke", "make_hub", "PipelineSpoke", "PipelineHub",
            "AsynchronousSpoke", "AsynchronousHub"]
@@ -20,6 +26,16 @@ __all__ = ["PROTOCOLS", "register_protocol", "make_spoke", "make_hub", "Pipeline
 PROTOCOLS: dict[str, tuple[type[PipelineSpoke], type[PipelineHub]]] = {
     "Asynchronous": (AsynchronousSpoke, AsynchronousHub),
     "Independent": (IndependentSpoke, IndependentHub),
+    "Synchronous": (SynchronousSpoke, SynchronousHub),
+    "SSP": (StaleSynchronousSpoke, StaleSynchronousHub),
+    "StaleSynchronous": (StaleSynchronousSpoke, StaleSynchronousHub),
+    "EASGD": (ElasticAveragingSpoke, ElasticAveragingHub),
+    "ElasticAveraging": (ElasticAveragingSpoke, ElasticAveragingHub),
+    "Adaptive": (AdaptiveSpoke, AdaptiveHub),
+    "FDA": (FunctionalDynamicAveragingSpoke, FunctionalDynamicAveragingHub),
+    "FunctionalDynamicAveraging": (FunctionalDynamicAveragingSpoke, FunctionalDynamicAveragingHub),
+    "EVENFLOW": (EvenFlowSpoke, EvenFlowHub),
+    "EvenFlow": (EvenFlowSpoke, EvenFlowHub),
 }
 
 

@@ -1,0 +1,399 @@
+"""``omldm experiment protocols``: every synchronization protocol on the same stream.
+
+For each dataset — river's Shuttle (49,097 records, StandardScaler → PA-I) and
+scikit-learn's digits (1,797 images, StandardScaler → MLP) — every protocol of
+:mod:`learning.protocols` trains one pipeline with ``k`` spokes (default 4) and one hub on
+the same stream in file order (every 5th record goes to ``forecasting`` without its label,
+as in the demo), on the Flink MiniCluster through the local broker (``--kernel flink``,
+the default) or on the in-process kernel (``--kernel local``: same protocols, same
+messages, no Flink; fast, for tuning). Each run is its own job, one after the other.
+
+The result is a table (markdown on stdout, JSON rows at ``--json``) with, per run:
+``dataset``, ``protocol``, ``variant``, ``prequential_accuracy``, ``mean_loss``,
+``bytes_to_hubs`` / ``bytes_to_spokes`` (synchronization traffic: everything the
+middleware sent between spokes and hubs except the one-way statistics reports that answer
+Queries), ``rounds`` (synchronizations performed by hub 0: averaging rounds for BSP, FDA
+and EVENFLOW, applied pushes for SSP and TAP, exchanges for EASGD/Adaptive),
+``records_per_second`` (training plus forecasting records over the time from the first
+record written to the last one counted), and a PNG (``--png``, default next to the JSON)
+with the prequential loss over records and the bytes per protocol.
+
+BSP and SSP treat a Query as a synchronization point (:mod:`learning.protocols.synchronous`),
+so the progress Queries of a Flink run add a few rounds to theirs; ``queries`` in each row
+says how many there were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["add_parser", "run_experiment", "SETTINGS", "DATASETS", "create_request",
+           "run_local", "run_flink", "markdown_table", "plot"]
+
+log = logging.getLogger(__name__)
+
+#: dataset → (preprocessors, learner, training configuration shared by every protocol)
+DATASETS: dict[str, tuple[list, dict, dict]] = {
+    "shuttle": ([{"name": "StandardScaler"}],
+                {"name": "PA", "hyperParameters": {"C": 0.01, "mode": 1}},
+                {"miniBatchSize": 32, "miniBatches": 4}),
+    "digits": ([{"name": "StandardScaler"}],
+               {"name": "MLP", "hyperParameters": {"hidden_layers": [32], "optimizer": "adam",
+                                                   "learning_rate": 0.03, "seed": 0}},
+               {"miniBatchSize": 16, "miniBatches": 1}),
+}
+
+#: dataset → PyFlink execution mode: PyTorch cannot run in thread mode's embedded
+#: interpreter, so the MLP runs in process mode
+EXECUTION_MODE = {"shuttle": "thread", "digits": "process"}
+
+#: dataset → runs: (protocol, variant or None, extra trainingConfiguration keys). The
+#: thresholds were chosen on the in-process kernel (``--kernel local``) for these learners.
+SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
+    "shuttle": [
+        ("Independent", None, {}),
+        ("Asynchronous", None, {}),
+        ("Synchronous", None, {}),
+        ("SSP", None, {"staleness": 2}),
+        ("EASGD", None, {"alpha": 0.25}),
+        ("Adaptive", None, {"alpha": 0.25, "lossThreshold": 20.0}),
+        ("FDA", "naive", {"threshold": 0.02}),
+        ("FDA", "linear", {"threshold": 0.02}),
+        ("FDA", "sketch", {"threshold": 0.02, "precision": 0.25}),
+        ("EVENFLOW", "basic", {"threshold": 0.02, "monitoredFunction": "l2"}),
+        ("EVENFLOW", "fast", {"threshold": 0.02, "monitoredFunction": "l2", "coefficients": 8}),
+    ],
+    "digits": [
+        ("Independent", None, {}),
+        ("Asynchronous", None, {}),
+        ("Synchronous", None, {}),
+        ("SSP", None, {"staleness": 2}),
+        ("EASGD", None, {"alpha": 0.25}),
+        ("Adaptive", None, {"alpha": 0.25, "lossThreshold": 50.0}),
+        ("FDA", "naive", {"threshold": 8.0}),  # papers/002 §5.1.1: Θ = 8 for the DL task
+        ("FDA", "linear", {"threshold": 8.0}),
+        ("FDA", "sketch", {"threshold": 8.0, "precision": 0.25}),
+        ("EVENFLOW", "basic", {"threshold": 8.0, "monitoredFunction": "l2"}),
+        ("EVENFLOW", "fast", {"threshold": 8.0, "monitoredFunction": "l2", "coefficients": 50}),
+    ],
+}
+
+
+def load(dataset: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, y)`` of a dataset, in file order."""
+    if dataset == "shuttle":
+        from learning.datasets import shuttle
+
+        return shuttle()
+    if dataset == "digits":
+        from sklearn.datasets import load_digits
+
+        X, y = load_digits(return_X_y=True)
+        return X.astype(np.float64), y
+    raise ValueError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
+
+
+def create_request(dataset: str, protocol: str, variant: str | None, extra: dict,
+                   pipeline: int = 0) -> dict:
+    """The Create request of one run."""
+    pre, learner, base = DATASETS[dataset]
+    config = {"protocol": protocol, "hubParallelism": 1, **base, **extra}
+    if variant is not None:
+        config["variant"] = variant
+    return {"id": pipeline, "request": "Create", "requestId": f"exp-{pipeline}",
+            "preProcessors": pre, "learner": learner, "trainingConfiguration": config}
+
+
+def _row(dataset: str, protocol: str, variant: str | None, final: dict, seconds: float,
+         kernel: str, queries: int, curve: list, report_bytes: int) -> dict:
+    proto = final["protocol"]
+    if "syncBytesToHubs" in proto:
+        to_hubs, to_spokes = proto["syncBytesToHubs"], proto["syncBytesToSpokes"]
+    else:  # protocols without per-method accounting: take the Query reports out
+        to_hubs, to_spokes = max(0, proto["bytesToHubs"] - report_bytes), proto["bytesToSpokes"]
+    done = final["fitted"] + final["predicted"]
+    return {
+        "dataset": dataset, "protocol": protocol, "variant": variant,
+        "prequential_accuracy": final["prequentialAccuracy"], "mean_loss": final["meanLoss"],
+        "bytes_to_hubs": int(to_hubs), "bytes_to_spokes": int(to_spokes),
+        "rounds": int(proto.get("rounds", proto.get("updates", 0))),
+        "records_per_second": done / seconds if seconds > 0 else None,
+        "fitted": final["fitted"], "predicted": final["predicted"],
+        "messages_to_hubs": proto["messagesToHubs"], "messages_to_spokes": proto["messagesToSpokes"],
+        "all_bytes_to_hubs": proto["bytesToHubs"], "wait_ms": proto.get("waitMs"),
+        "kernel": kernel, "queries": queries, "seconds": seconds,
+        "loss_curve": curve,
+    }
+
+
+# -- in-process kernel ------------------------------------------------------------------
+def run_local(dataset: str, protocol: str, variant: str | None, extra: dict, *, spokes: int = 4,
+              every: int = 5, limit: int | None = None, points: int = 40) -> dict:
+    """One run on :class:`operators.local.LocalNetwork`: records round-robin over the spokes,
+    messages delivered after each record, one Query at the end."""
+    from learning.protocols import make_hub, make_spoke
+    from learning.requests import parse_request
+    from operators.local import LocalNetwork
+
+    X, y = load(dataset)
+    if limit:
+        X, y = X[:limit], y[:limit]
+    req = parse_request(create_request(dataset, protocol, variant, extra))
+    net = LocalNetwork([make_spoke(req) for _ in range(spokes)], [make_hub(req)], network=req.id)
+    feats, labels = X.tolist(), y.tolist()
+    curve, step = [], max(1, len(X) // points)
+    t0 = time.perf_counter()
+    for i in range(len(X)):
+        s = net.spokes[i % spokes]
+        if every and i % every == every - 1:
+            net.feed(i % spokes, lambda s=s, i=i: s.on_predict(feats[i]))
+        else:
+            net.feed(i % spokes, lambda s=s, i=i: s.on_train(feats[i], labels[i]))
+        net.run()
+        if i % step == step - 1:
+            fitted = sum(sp.fitted for sp in net.spokes)
+            if fitted:
+                curve.append([fitted, sum(sp.loss_sum for sp in net.spokes) / fitted])
+    for s in net.spokes:
+        s.on_query("final")
+    net.run()
+    seconds = time.perf_counter() - t0
+    final = net.outputs["responses"][-1]
+    # the statistics were taken before the reports left: no report bytes in them
+    return _row(dataset, protocol, variant, final, seconds, "local", 1, curve, 0)
+
+
+# -- Flink MiniCluster ------------------------------------------------------------------
+def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes: int = 4,
+              bootstrap_servers: str | None = None, every: int = 5, limit: int | None = None,
+              timeout: float = 600.0, query_every: float = 2.0, connection=None,
+              on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """Each run as its own job on a local MiniCluster, one after the other, through the
+    local broker (started here unless ``bootstrap_servers`` names a Kafka; ``connection``,
+    a :class:`flink_jobs.connection.KafkaConnection`, carries its security settings)."""
+    from deploy.broker import LocalBroker
+    from flink_jobs.session import Session, local_config
+
+    X, y = load(dataset)
+    if limit:
+        X, y = X[:limit], y[:limit]
+    broker = None if bootstrap_servers else LocalBroker().start()
+    servers = bootstrap_servers or broker.bootstrap_servers
+    rows = []
+    try:
+        for n, (protocol, variant, extra) in enumerate(runs):
+            prefix = f"exp-{uuid.uuid4().hex[:6]}-"
+            extra_cfg = {"connection": connection} if connection is not None and \
+                bootstrap_servers else {}
+            cfg = local_config(servers, topic_prefix=prefix, spokes=spokes, hubs=1,
+                               execution_mode=EXECUTION_MODE.get(dataset, "thread"), **extra_cfg)
+            with Session(cfg, f"experiment-{dataset}-{protocol}-{variant}") as s:
+                created = s.request(create_request(dataset, protocol, variant, extra, n), timeout=180)
+                if created.get("status") != "ok":
+                    raise RuntimeError(f"Create failed: {created}")
+                curve: list = []
+                queries = [0]
+                last = [0.0]
+
+                def seen(q: dict) -> None:
+                    if q.get("status") == "ok" and q.get("fitted"):
+                        curve.append([q["fitted"], q["meanLoss"]])
+
+                def between(_: int) -> None:
+                    if time.monotonic() - last[0] > query_every:
+                        last[0] = time.monotonic()
+                        queries[0] += 1
+                        s.send_request({"id": n, "request": "Query",
+                                        "requestId": f"progress-{time.time_ns()}"})
+                    for r in s.responses.poll(0):
+                        if str(r.get("requestId", "")).startswith("progress-"):
+                            seen(r)
+
+                t0 = time.monotonic()
+                _, n_train, n_fore = s.stream(X, y, every=every, between=between, chunk=500)
+
+                def counted(q: dict) -> None:
+                    queries[0] += 1
+                    seen(q)
+
+                final = s.wait_until_counted(n, n_train, n_fore, timeout=timeout, every=0.5,
+                                             on_query=counted)
+                seconds = time.monotonic() - t0
+                # one more Query, nothing in between: the size of one round of reports
+                again = s.query(n, timeout=60)
+                per_query = again["protocol"]["bytesToHubs"] - final["protocol"]["bytesToHubs"]
+                report_bytes = per_query * (queries[0] - 1) if per_query > 0 else 0
+                row = _row(dataset, protocol, variant, final, seconds, "flink", queries[0],
+                           curve, report_bytes)
+                rows.append(row)
+                if on_row:
+                    on_row(row)
+    finally:
+        if broker is not None:
+            broker.stop()
+    return rows
+
+
+# -- output -----------------------------------------------------------------------------
+def _name(row: dict) -> str:
+    return row["protocol"] + (f" ({row['variant']})" if row.get("variant") else "")
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The table as GitHub markdown; bytes relative to BSP of the same dataset."""
+    bsp = {r["dataset"]: r["bytes_to_hubs"] + r["bytes_to_spokes"] for r in rows
+           if r["protocol"] == "Synchronous"}
+    lines = ["| dataset | protocol | prequential accuracy | mean loss | bytes → hubs | "
+             "bytes → spokes | vs BSP | rounds | records/s |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        total = r["bytes_to_hubs"] + r["bytes_to_spokes"]
+        base = bsp.get(r["dataset"])
+        ratio = f"{total / base:.3f}" if base else "–"
+        acc = r["prequential_accuracy"]
+        lines.append(f"| {r['dataset']} | {_name(r)} | {'–' if acc is None else f'{acc:.4f}'} | "
+                     f"{r['mean_loss']:.4f} | {r['bytes_to_hubs']:,} | {r['bytes_to_spokes']:,} | "
+                     f"{ratio} | {r['rounds']:,} | {r['records_per_second']:,.0f} |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> Path:
+    """Prequential loss over records fitted, and bytes per protocol, one row per dataset.
+
+    Raises
+    ------
+    ImportError
+        When matplotlib is not installed.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    fig, axes = plt.subplots(len(datasets), 2, figsize=(14, 4.5 * len(datasets)), squeeze=False)
+    colours = plt.get_cmap("tab20").colors
+    for (ax_loss, ax_bytes), ds in zip(axes, datasets):
+        mine = [r for r in rows if r["dataset"] == ds]
+        for i, r in enumerate(mine):
+            if r["loss_curve"]:
+                c = np.asarray(r["loss_curve"], dtype=np.float64)
+                ax_loss.plot(c[:, 0], c[:, 1], label=_name(r), color=colours[(2 * i) % 20 + (i >= 10)],
+                             linestyle=("-", "--", ":")[i % 3], marker=".")
+        kernel = mine[0]["kernel"] if mine else ""
+        ax_loss.set(title=f"{ds}: prequential mean loss ({kernel} kernel; points: Queries)"
+                    if kernel == "flink" else f"{ds}: prequential mean loss", xlabel="records fitted",
+                    ylabel="cumulative mean loss")
+        ax_loss.legend(fontsize=7)
+        names = [_name(r) for r in mine]
+        x = np.arange(len(mine))
+        ax_bytes.bar(x - 0.2, [r["bytes_to_hubs"] for r in mine], 0.4, label="spokes → hubs")
+        ax_bytes.bar(x + 0.2, [r["bytes_to_spokes"] for r in mine], 0.4, label="hubs → spokes")
+        ax_bytes.set_xticks(x, names, rotation=45, ha="right", fontsize=7)
+        ax_bytes.set_yscale("symlog")
+        ax_bytes.set(title=f"{ds}: synchronization bytes", ylabel="bytes")
+        ax_bytes.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_experiment(json_path: str | Path, *, kernel: str = "flink",
+                   datasets: tuple[str, ...] = ("shuttle", "digits"), spokes: int = 4,
+                   limit: int | None = None, png_path: str | Path | None = None,
+                   bootstrap_servers: str | None = None, protocols: tuple[str, ...] | None = None,
+                   connection=None, out=sys.stdout) -> list[dict]:
+    """Run every protocol on every dataset; write the JSON rows (and the PNG), print the
+    markdown table; returns the rows.
+
+    Parameters
+    ----------
+    json_path : path
+        Where the JSON list of rows goes (rewritten after every run).
+    kernel : {"flink", "local"}
+    datasets : names in :data:`DATASETS`
+    spokes : int
+    limit : int or None
+        Use only the first ``limit`` records of each dataset.
+    png_path : path or None
+        Default: ``json_path`` with the suffix ``.png``. Skipped (with a warning) when
+        matplotlib is missing.
+    protocols : names or None
+        Only these protocols (default: all of :data:`SETTINGS`).
+    bootstrap_servers, connection : str, KafkaConnection or None
+        A Kafka to use instead of a local broker, and its security settings.
+    """
+    json_path = Path(json_path)
+    rows: list[dict] = []
+
+    def save(row: dict | None = None) -> None:
+        if row is not None:
+            rows.append(row)
+            print(f"  {row['dataset']:8s} {_name(row):22s} acc={row['prequential_accuracy']} "
+                  f"bytes={row['bytes_to_hubs'] + row['bytes_to_spokes']:,} "
+                  f"rounds={row['rounds']} rec/s={row['records_per_second']:,.0f}",
+                  file=out, flush=True)
+        json_path.write_text(json.dumps(rows, indent=1))
+
+    for ds in datasets:
+        runs = [r for r in SETTINGS[ds] if protocols is None or r[0] in protocols]
+        if kernel == "local":
+            for protocol, variant, extra in runs:
+                save(run_local(ds, protocol, variant, extra, spokes=spokes, limit=limit))
+        elif kernel == "flink":
+            run_flink(ds, runs, spokes=spokes, bootstrap_servers=bootstrap_servers, limit=limit,
+                      connection=connection, on_row=save)
+        else:
+            raise ValueError(f"kernel must be 'flink' or 'local', got {kernel!r}")
+    save()
+    print(markdown_table(rows), file=out, flush=True)
+    png = Path(png_path) if png_path else json_path.with_suffix(".png")
+    try:
+        plot(rows, png)
+        print(f"plot: {png}", file=out, flush=True)
+    except ImportError:
+        log.warning("matplotlib is not installed: no plot")
+    return rows
+
+
+def _command(args: argparse.Namespace) -> int:
+    from flink_jobs.connection import KafkaConnection
+
+    run_experiment(args.json, kernel=args.kernel, datasets=tuple(args.dataset or DATASETS),
+                   spokes=args.spokes, limit=args.limit, png_path=args.png,
+                   bootstrap_servers=args.bootstrap_servers,
+                   protocols=tuple(args.protocol) if args.protocol else None,
+                   connection=KafkaConnection.from_args(args))
+    return 0
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``experiment protocols`` to the ``omldm`` command line (``subparsers`` is what
+    ``ArgumentParser.add_subparsers`` returned); the command runs ``args.fn(args)``."""
+    from flink_jobs.connection import KafkaConnection
+
+    p = subparsers.add_parser("experiment", help="run an experiment and write its table",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("which", choices=("protocols",), help="the experiment")
+    p.add_argument("--json", required=True, help="where the JSON rows go")
+    p.add_argument("--png", default=None, help="the plot (default: the JSON path with .png)")
+    p.add_argument("--kernel", choices=("flink", "local"), default="flink",
+                   help="the Flink MiniCluster (default) or the in-process kernel")
+    p.add_argument("--dataset", action="append", choices=tuple(DATASETS),
+                   help="repeatable; default: all")
+    p.add_argument("--protocol", action="append", help="only these protocols (repeatable)")
+    p.add_argument("--spokes", type=int, default=4)
+    p.add_argument("--limit", type=int, default=None, help="only the first N records")
+    KafkaConnection.add_arguments(p)
+    p.set_defaults(fn=_command)
+    return p

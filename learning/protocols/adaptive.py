@@ -1,0 +1,76 @@
+"""Adaptive communication period (papers/004_3662ede9dd93cf62.txt §3.5): elastic averaging
+exchanges triggered by the training loss instead of a fixed period.
+
+Each spoke accumulates the training loss it suffers (the prequential per-record losses of
+its mini-batches); when the sum since its last exchange reaches ``lossThreshold`` it runs
+one asynchronous EASGD exchange (:mod:`learning.protocols.easgd`, the parameter
+exchanging of papers/004) and resets the sum. While the model improves the loss drops, so
+the period between exchanges grows: "the communication period will increase as the
+training loss drops". A learner without a loss (NaN) falls back to one exchange every
+``miniBatches`` mini-batches.
+"""
+
+from __future__ import annotations
+
+import math
+
+from learning.errors import RequestError
+from learning.protocols.easgd import ElasticAveragingHub, ElasticAveragingSpoke
+
+__all__ = ["AdaptiveSpoke", "AdaptiveHub", "loss_threshold"]
+
+
+def loss_threshold(cfg: dict) -> float:
+    """``trainingConfiguration.lossThreshold`` (summed loss, > 0; default 10).
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``schema`` when it is not a positive finite number.
+    """
+    t = cfg.get("lossThreshold", 10.0)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0 or not math.isfinite(t):
+        raise RequestError("schema", f"lossThreshold must be a number > 0, got {t!r}",
+                           "trainingConfiguration.lossThreshold")
+    return float(t)
+
+
+class AdaptiveHub(ElasticAveragingHub):
+    """The same centre-variable shard as EASGD."""
+
+
+class AdaptiveSpoke(ElasticAveragingSpoke):
+    """Exchange when the loss accumulated since the last exchange reaches the threshold."""
+
+    peer = AdaptiveHub
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        self.threshold = loss_threshold(request.training_configuration)
+        self._loss_mark = 0.0
+        self.periods: list[int] = []  # records between consecutive exchanges
+
+    def on_update(self) -> None:
+        self.threshold = loss_threshold(self.request.training_configuration)
+
+    def accumulated_loss(self) -> float:
+        return self.loss_sum - self._loss_mark
+
+    def due(self) -> bool:
+        acc = self.accumulated_loss()
+        if math.isnan(acc):
+            return super().due()
+        return acc >= self.threshold
+
+    def on_exchange(self) -> None:
+        self.periods.append(self.fitted - sum(self.periods))
+        self._loss_mark = self.loss_sum
+
+    def protocol_statistics(self) -> dict:
+        out = super().protocol_statistics()
+        out.update({"lossThreshold": self.threshold, "accumulatedLoss": self.accumulated_loss(),
+                    "lastPeriod": self.periods[-1] if self.periods else None})
+        return out
+
+
+AdaptiveHub.peer = AdaptiveSpoke

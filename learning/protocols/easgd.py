@@ -1,0 +1,126 @@
+"""Asynchronous Elastic Averaging (EASGD) on a sharded parameter server
+(papers/002_9b954bd89ad87406.txt §2.2.4, after Zhang, Choromanska, LeCun, NIPS 2015;
+papers/004_3662ede9dd93cf62.txt §2.3).
+
+After every ``miniBatches`` mini-batches a spoke sends its model ``w_i`` (shard ``j`` to
+hub ``j``) and keeps training. The hub computes the elastic force against its centre
+variable ``w̃`` and moves by it; the spoke moves by the same amount the other way when
+the answer comes back (papers/004 §2.3, with papers/002's force ``F = ρ(w_i − w̃)``):
+
+    F = ρ (w_i − w̃)
+    w̃   ← w̃   + α F          (hub, at once)
+    w_i ← w_i − α F          (spoke, on the answer; what it learned meanwhile is kept)
+
+``alpha`` (α, the moving rate, default 0.25) and ``rho`` (ρ, the elastic coefficient,
+default 1) only act through their product, which must lie in (0, 1]; papers/004 writes the
+rule with ρ = 1, papers/002 with α = 1, Zhang et al. with α = ηρ. One exchange per spoke is
+in flight at a time; nobody waits, so a finite stream cannot leave anyone blocked.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from learning.errors import RequestError
+from learning.protocols.sharding import ShardedHub, ShardedSpoke
+from middleware import remote
+
+__all__ = ["ElasticAveragingSpoke", "ElasticAveragingHub", "elastic_rate"]
+
+
+def elastic_rate(cfg: dict) -> float:
+    """``alpha · rho`` from a training configuration (defaults 0.25 and 1).
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``schema`` (field ``trainingConfiguration.alpha`` or ``.rho``) when a value is not
+        a positive number or the product is not in (0, 1].
+    """
+    alpha, rho = cfg.get("alpha", 0.25), cfg.get("rho", 1.0)
+    for name, v in (("alpha", alpha), ("rho", rho)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
+            raise RequestError("schema", f"{name} must be a number > 0, got {v!r}",
+                               f"trainingConfiguration.{name}")
+    if alpha * rho > 1:
+        raise RequestError("schema", f"alpha * rho must be <= 1 (the elastic step would "
+                           f"overshoot), got {alpha} * {rho}", "trainingConfiguration.rho")
+    return float(alpha * rho)
+
+
+class ElasticAveragingHub(ShardedHub):
+    """The centre variable's shard: ``exchange`` applies and returns the elastic step."""
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        self.rate = elastic_rate(request.training_configuration)
+
+    def update(self, request) -> None:
+        super().update(request)
+        self.rate = elastic_rate(self.request.training_configuration)
+
+    @remote
+    def exchange(self, shard: np.ndarray, layout: dict) -> list:
+        """One elastic exchange with a spoke's model shard.
+
+        Returns
+        -------
+        ``[α F shard, layout]``: the step the hub took, which the spoke subtracts.
+        """
+        [w_i] = self.align([(shard, layout)])
+        centre = self.shard()
+        step = self.rate * (w_i - centre)
+        self.set_shard(centre + step)
+        self.updates += 1
+        self.rounds += 1
+        return self.answer(step)
+
+
+class ElasticAveragingSpoke(ShardedSpoke):
+    """An asynchronous EASGD worker: exchange every ``miniBatches`` mini-batches."""
+
+    peer = ElasticAveragingHub
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        elastic_rate(request.training_configuration)  # refuse bad values at Create
+        self.in_flight = False
+        self._since = 0
+
+    def after_batch(self, n_records: int) -> None:
+        self._since += 1
+        if not self.in_flight and self.due():
+            self.exchange()
+
+    def due(self) -> bool:
+        """Whether it is time for an exchange (subclasses change the rule)."""
+        return self._since >= self.mini_batches
+
+    def exchange(self) -> None:
+        self._since = 0
+        w, layout = self.vector()
+        self.records_since_sync = 0
+        self.pushes += 1
+        self.in_flight = True
+        self.on_exchange()
+        self.scatter("exchange", w, layout, sync=False, on_all=self._on_step)
+
+    def on_exchange(self) -> None:
+        """Hook: an exchange is being sent."""
+
+    def _on_step(self, answers: list) -> None:
+        learner = self.pipeline.learner
+        step = self.assemble([a[0] for a in answers], [a[1] for a in answers])
+        learner.set_params(learner.get_params() - step)
+        self.rounds += 1
+        self.in_flight = False
+        if self.due():
+            self.exchange()
+
+    def on_sync_failed(self, method: str, errors: list) -> None:
+        self.in_flight = False
+
+
+ElasticAveragingHub.peer = ElasticAveragingSpoke

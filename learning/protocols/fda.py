@@ -1,0 +1,439 @@
+"""Functional Dynamic Averaging (FDA) on a sharded parameter server
+(papers/002_9b954bd89ad87406.txt ch. 4), monitored with Functional Geometric Monitoring
+(§4.0.5; Samoladas & Garofalakis, EDBT 2019).
+
+Rounds. A round starts when every spoke holds the same global model ``w̃_{t0}``; spokes
+then train alone, and the round ends only when the Round Termination Condition
+
+    (1/k) Σ_i ‖w_i − w̄‖² ≤ Θ                                   (eq. 4.1, "model variance")
+
+can no longer be guaranteed; then all models are averaged (weighted, papers/003 eq. 2,
+:class:`learning.protocols.sharding.AveragingHub`) and broadcast. ``threshold`` is Θ.
+With ``Δ_i = w_i − w̃_{t0}`` the variance is ``(1/k)Σ‖Δ_i‖² − ‖Δ̄‖²`` (eq. 4.8), and each
+variant reduces the RTC to ``F(S) ≤ Θ`` over the average ``S`` of small local states
+``S_i`` (§4.0.4):
+
+- ``naive``:  ``S_i = ‖Δ_i‖²``, ``F(v) = v``;
+- ``linear``: ``S_i = (‖Δ_i‖², ξ·Δ_i)``, ``F(v, x) = v − x²``, with ``ξ`` the unit vector
+  along ``w̃_{t0} − w̃_{t0−1}``, the difference of the last two global models (zero in the
+  first round, where linear behaves as naive);
+- ``sketch``: ``S_i = (‖Δ_i‖², sk(Δ_i))`` with an AMS sketch of ``rows × cols`` (``cols =
+  ⌈8/ε²⌉``, ``rows = 2⌈ln(1/δ)⌉ + 1``, ``ε = δ = precision``, default 0.25),
+  ``F(v, Ξ) = v − median_j ‖ξ_j‖² / (1 + ε)``; the RTC then holds with probability
+  ``1 − δ``.
+
+Functional geometric monitoring (§4.0.5). Hub 0 is the coordinator. For the current
+estimate ``E`` of the global state (``E = 0`` when a round starts) it builds a convex safe
+function ``φ`` with ``φ(S) ≤ 0 ⇒ F(S) ≤ Θ`` and ``φ(E) < 0``:
+
+- naive: ``φ(v) = v − Θ``;
+- linear: the tangent halfspace of Fig. 4.1, ``φ(v, x) = v − p + 2q(q − x)``, where
+  ``(p, q)`` projects ``E`` on ``{v − x² ≥ Θ}`` (a cubic, solved exactly);
+- sketch: by composition: each row condition ``v − ‖ξ_j‖²/(1+ε) ≤ Θ`` gets the tangent
+  hyperplane of its paraboloid at the projection of ``E`` (Eq. 4.11); with ``I`` the rows
+  holding at ``E`` and ``h = (rows+1)/2`` rows needed for the median, ``φ`` is the mean of
+  the ``c = |I| − h + 1`` largest row functions, each scaled to −1 at ``E`` (a weighted
+  max-c-sum: ``φ ≤ 0`` leaves at most ``c − 1`` of them positive, so at least ``h`` rows
+  hold).
+
+Every spoke tracks its drift ``X_i = S_i − R_i`` since the estimate was made and the value
+``φ(E + X_i)``; by convexity ``Σ_i φ(E + X_i) ≤ 0`` implies ``φ(S) ≤ 0`` (Eq. 4.10). The
+scalar sum is monitored with FGM's quantized counters: with ``θ = −φ(E)/2``, spoke ``i``
+sends ``c_i = ⌊(φ(E + X_i) − φ(E))/θ⌋`` to the coordinator whenever it grows (a few
+bytes); while ``Σ c_i ≤ k`` the sum is provably ≤ 0. When ``Σ c_i > k`` the coordinator
+polls every spoke; the spokes answer with their states ``S_i`` and pause. If
+``F(S) > Θ`` (or ``F(S) > (1 − ε_ψ)Θ``, ``ε_ψ = 0.01``: a zone too thin to monitor), the
+round ends with a model synchronization; otherwise ``E ← S``, a new safe function is built
+and monitoring goes on. (FGM's subrounds, which first poll only the scalars ``φ(E + X_i)``,
+are not implemented: every poll collects the states.)
+
+Nobody ever waits on a spoke's stream, so a finite stream cannot leave a round open.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from learning.errors import RequestError
+from learning.protocols.sharding import AveragingHub, ShardedSpoke
+from middleware import BroadcastPromise, remote
+
+__all__ = ["FunctionalDynamicAveragingSpoke", "FunctionalDynamicAveragingHub", "AmsSketch",
+           "SafeFunction", "safe_function", "FDA_VARIANTS", "EPSILON_PSI"]
+
+FDA_VARIANTS = ("naive", "linear", "sketch")
+#: a poll that finds F(S) above (1 − EPSILON_PSI)·Θ ends the round
+EPSILON_PSI = 0.01
+
+
+def threshold_of(cfg: dict) -> float:
+    """``trainingConfiguration.threshold`` (Θ or T, > 0, required).
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``schema`` (field ``trainingConfiguration.threshold``).
+    """
+    t = cfg.get("threshold")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0 or not math.isfinite(t):
+        raise RequestError("schema", f"protocol {cfg.get('protocol')!r} needs "
+                           f"trainingConfiguration.threshold, a number > 0; got {t!r}",
+                           "trainingConfiguration.threshold")
+    return float(t)
+
+
+def variant_of(cfg: dict, allowed: tuple[str, ...]) -> str:
+    """``trainingConfiguration.variant`` (default ``allowed[0]``).
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``schema`` (field ``trainingConfiguration.variant``) when not one of ``allowed``.
+    """
+    v = cfg.get("variant", allowed[0])
+    if v not in allowed:
+        raise RequestError("schema", f"variant of {cfg.get('protocol')!r} must be one of "
+                           f"{', '.join(allowed)}; got {v!r}", "trainingConfiguration.variant")
+    return v
+
+
+def sketch_shape(precision: float) -> tuple[int, int]:
+    """``(rows, cols)`` of the AMS sketch for ``ε = δ = precision``."""
+    return 2 * math.ceil(math.log(1.0 / precision)) + 1, math.ceil(8.0 / precision ** 2)
+
+
+def precision_of(cfg: dict) -> float:
+    """``trainingConfiguration.precision`` (ε = δ of the sketch, in (0, 1); default 0.25).
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``schema`` (field ``trainingConfiguration.precision``).
+    """
+    e = cfg.get("precision", 0.25)
+    if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e < 1:
+        raise RequestError("schema", f"precision must be in (0, 1), got {e!r}",
+                           "trainingConfiguration.precision")
+    return float(e)
+
+
+class AmsSketch:
+    """The AMS sketch ``sk(v)``: a ``(rows, cols)`` matrix whose row ``j`` is
+    ``ξ_j[b] = Σ_{l: h_j(l) = b} s_j(l) v_l`` (Cormode & Garofalakis, VLDB 2005); linear in
+    ``v``, and ``median_j ‖ξ_j‖²`` estimates ``‖v‖²``. Hashes ``h_j`` and signs ``s_j``
+    come from a generator seeded by ``(seed, size)``, so every node builds the same ones.
+    """
+
+    def __init__(self, size: int, rows: int, cols: int, seed: int = 0) -> None:
+        rng = np.random.default_rng([seed, size])
+        self.size, self.rows, self.cols = size, rows, cols
+        self.buckets = rng.integers(0, cols, size=(rows, size)) + cols * np.arange(rows)[:, None]
+        self.signs = rng.choice(np.array([-1.0, 1.0]), size=(rows, size))
+
+    def __call__(self, v: np.ndarray) -> np.ndarray:
+        flat = np.bincount(self.buckets.ravel(), weights=(self.signs * v).ravel(),
+                           minlength=self.rows * self.cols)
+        return flat.reshape(self.rows, self.cols)
+
+    @staticmethod
+    def estimate(sk: np.ndarray) -> float:
+        """``median_j ‖ξ_j‖²``."""
+        return float(np.median(np.einsum("ij,ij->i", sk, sk)))
+
+
+def _project_on_parabola(v0: float, r: float, a: float, theta: float) -> float:
+    """``t`` minimizing ``(a t² + Θ − v0)² + (t − r)²``: the point ``(a t² + Θ, t)`` of the
+    parabola ``v = a x² + Θ`` nearest to ``(v0, r)``."""
+    roots = np.roots([2 * a * a, 0.0, 2 * a * (theta - v0) + 1.0, -r])
+    ts = [float(z.real) for z in roots if abs(z.imag) < 1e-9 * max(1.0, abs(z.real))] or \
+        [float(roots[np.argmin(np.abs(roots.imag))].real)]
+    return min(ts, key=lambda t: (a * t * t + theta - v0) ** 2 + (t - r) ** 2)
+
+
+class SafeFunction:
+    """A convex ``φ`` with ``φ(S) ≤ 0 ⇒ F(S) ≤ Θ`` for one FDA variant, built at an
+    estimate ``E`` (papers/002 §4.0.5). States are flat arrays: ``[v]``, ``[v, x]`` or
+    ``[v, Ξ.ravel()]``. ``params`` is what the coordinator sends to the spokes."""
+
+    def __init__(self, variant: str, theta: float, params: dict, eps: float = 0.0,
+                 rows: int = 0, cols: int = 0) -> None:
+        self.variant, self.theta, self.params = variant, theta, params
+        self.eps, self.rows, self.cols = eps, rows, cols
+        if variant == "sketch":
+            self._idx = np.asarray(params["rows"], dtype=int)
+            self._p = np.asarray(params["p"], dtype=np.float64)
+            self._q = np.asarray(params["q"], dtype=np.float64).reshape(len(self._idx), cols)
+            self._scale = np.asarray(params["scale"], dtype=np.float64)
+            self._c = int(params["c"])
+
+    def F(self, S: np.ndarray) -> float:
+        """The monitored function of the variant (§4.0.4)."""
+        if self.variant == "naive":
+            return float(S[0])
+        if self.variant == "linear":
+            return float(S[0] - S[1] ** 2)
+        return float(S[0] - AmsSketch.estimate(S[1:].reshape(self.rows, self.cols)) / (1 + self.eps))
+
+    def __call__(self, S: np.ndarray) -> float:
+        if self.variant == "naive":
+            return float(S[0] - self.theta)
+        if self.variant == "linear":
+            p, q = self.params["p"], self.params["q"]
+            return float(S[0] - p + 2 * q * (q - S[1]))
+        xi = S[1:].reshape(self.rows, self.cols)[self._idx]
+        a = 1.0 / (1.0 + self.eps)
+        rows = S[0] - self._p - 2 * a * np.einsum("ij,ij->i", self._q, xi - self._q)
+        top = np.sort(self._scale * rows)[-self._c:]
+        return float(top.sum() / self._c)
+
+
+def safe_function(variant: str, theta: float, E: np.ndarray, eps: float = 0.0,
+                  rows: int = 0, cols: int = 0) -> SafeFunction | None:
+    """The safe function at estimate ``E``; None when ``F(E)`` leaves no room for one
+    (``F(E) > (1 − ε_ψ)Θ``, or fewer than half the sketch rows strictly hold).
+
+    >>> phi = safe_function("linear", 1.0, np.array([0.5, 0.5]))
+    >>> phi.F(np.array([0.5, 0.5])), round(phi(np.array([0.5, 0.5])), 6) < 0
+    (0.25, True)
+    """
+    probe = SafeFunction(variant, theta, {"p": 0.0, "q": 0.0} if variant == "linear" else
+                         {"rows": [], "p": [], "q": [], "scale": [], "c": 1}
+                         if variant == "sketch" else {}, eps, rows, cols)
+    if probe.F(E) > (1.0 - EPSILON_PSI) * theta:
+        return None
+    if variant == "naive":
+        return SafeFunction("naive", theta, {})
+    if variant == "linear":
+        t = _project_on_parabola(float(E[0]), float(E[1]), 1.0, theta)
+        return SafeFunction("linear", theta, {"p": t * t + theta, "q": t})
+    a = 1.0 / (1.0 + eps)
+    v0, xi0 = float(E[0]), E[1:].reshape(rows, cols)
+    keep, ps, qs, scales = [], [], [], []
+    for j in range(rows):
+        r = float(np.linalg.norm(xi0[j]))
+        t = _project_on_parabola(v0, r, a, theta)
+        u = xi0[j] / r if r > 0 else np.eye(1, cols).ravel()
+        q = t * u
+        p = a * t * t + theta
+        at_e = v0 - p - 2 * a * float(q @ (xi0[j] - q))
+        if at_e < 0:
+            keep.append(j)
+            ps.append(p)
+            qs.append(q)
+            scales.append(-1.0 / at_e)
+    h = (rows + 1) // 2
+    if len(keep) < h:
+        return None
+    return SafeFunction("sketch", theta, {"rows": keep, "p": np.asarray(ps), "q": np.stack(qs).ravel(),
+                                          "scale": np.asarray(scales), "c": len(keep) - h + 1},
+                        eps, rows, cols)
+
+
+class FunctionalDynamicAveragingHub(AveragingHub):
+    """A shard of the averaging rounds; hub 0 is also the FGM coordinator.
+
+    Attributes
+    ----------
+    polls, continued, violations : int
+        Coordinator (hub 0): polls of the spokes' states, polls after which monitoring
+        went on with a new safe function, polls that ended the round.
+    decisions : list[tuple[int, str, float]]
+        ``(round, action, F(S))`` of every poll, in order (tests read it).
+    """
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        cfg = request.training_configuration
+        self.variant = variant_of(cfg, FDA_VARIANTS)
+        self.theta = threshold_of(cfg)
+        self.eps = precision_of(cfg)
+        self.sk_rows, self.sk_cols = sketch_shape(self.eps) if self.variant == "sketch" else (0, 0)
+        self.fda_round = 0
+        self.fgm = 0
+        self.polls = self.continued = self.violations = 0
+        self.decisions: list[tuple[int, str, float]] = []
+        self._counts: dict[int, int] = {}
+        self._polling = False
+        self._states: dict[int, tuple[np.ndarray, int]] = {}
+        self._answer: BroadcastPromise | None = None
+
+    def update(self, request) -> None:
+        super().update(request)
+        self.theta = threshold_of(self.request.training_configuration)
+
+    @remote(oneway=True)
+    def increment(self, round_: int, fgm: int, spoke: int, count: int) -> None:
+        """Spoke ``spoke``'s FGM counter (cumulative) in estimate ``fgm`` of round ``round_``."""
+        if (round_, fgm) != (self.fda_round, self.fgm) or self._polling:
+            return
+        self._counts[spoke] = max(self._counts.get(spoke, 0), int(count))
+        if sum(self._counts.values()) > self.n_peers:
+            self._polling = True
+            self.polls += 1
+            self.broadcast.poll(round_, fgm)
+
+    @remote
+    def state(self, round_: int, fgm: int, spoke: int, S: np.ndarray, size: int) -> BroadcastPromise:
+        """Spoke ``spoke``'s local state for a poll; answered to all once all replied with
+        ``{"action": "continue", "E", "safe", "theta"}`` or ``{"action": "sync"}``."""
+        if self._answer is None:
+            self._answer = BroadcastPromise()
+            self._states = {}
+        self._states[spoke] = (np.asarray(S, dtype=np.float64), int(size))
+        p = self._answer
+        if len(self._states) == self.n_peers:
+            p.fulfil(self._decide())
+            self._answer, self._states = None, {}
+        return p
+
+    def _decide(self) -> dict:
+        states = [s for s, _ in self._states.values()]
+        sizes = {n for _, n in self._states.values()}
+        S = np.mean(np.stack(states), axis=0)
+        probe = SafeFunction(self.variant, self.theta, {"p": 0.0, "q": 0.0}
+                             if self.variant == "linear" else {"rows": [], "p": [], "q": [],
+                                                               "scale": [], "c": 1}
+                             if self.variant == "sketch" else {}, self.eps, self.sk_rows,
+                             self.sk_cols)
+        value = probe.F(S)
+        phi = None
+        # sketches of vectors of different sizes (m = 1, growing layouts) do not add up
+        if len(sizes) == 1 or self.variant != "sketch":
+            phi = safe_function(self.variant, self.theta, S, self.eps, self.sk_rows, self.sk_cols)
+        self._counts = {}
+        self._polling = False
+        if phi is None:
+            self.violations += 1
+            self.decisions.append((self.fda_round, "sync", value))
+            self.fda_round += 1
+            self.fgm = 0
+            return {"action": "sync"}
+        self.continued += 1
+        self.decisions.append((self.fda_round, "continue", value))
+        self.fgm += 1
+        return {"action": "continue", "E": S, "safe": phi.params, "theta": -phi(S) / 2.0}
+
+    def global_statistics(self) -> dict:
+        out = super().global_statistics()
+        out.update({"variant": self.variant, "threshold": self.theta, "polls": self.polls,
+                    "continued": self.continued, "violations": self.violations})
+        return out
+
+
+class FunctionalDynamicAveragingSpoke(ShardedSpoke):
+    """An FDA worker: train, keep the local state, send FGM counter increments, answer
+    polls, and average when the coordinator ends the round."""
+
+    peer = FunctionalDynamicAveragingHub
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        cfg = request.training_configuration
+        self.variant = variant_of(cfg, FDA_VARIANTS)
+        self.theta = threshold_of(cfg)
+        self.eps = precision_of(cfg)
+        self.sk_rows, self.sk_cols = sketch_shape(self.eps) if self.variant == "sketch" else (0, 0)
+        self._sketches: dict[int, AmsSketch] = {}
+        self.fda_round = 0
+        self.increments = 0
+        self.polls_answered = 0
+        self._base: tuple[np.ndarray, dict] | None = None  # w̃_{t0}
+        self._xi: tuple[np.ndarray, dict] | None = None    # linear: unit ξ
+        self._start_monitoring()
+
+    def on_update(self) -> None:
+        self.theta = threshold_of(self.request.training_configuration)
+
+    # -- local state -----------------------------------------------------------------------
+    def delta(self) -> np.ndarray:
+        """``Δ_i = w_i − w̃_{t0}`` in the learner's current layout."""
+        return self.pipeline.learner.get_params() - self.in_current(self._base)
+
+    def local_state(self) -> np.ndarray:
+        """``S_i`` of the variant as a flat array (see the module docstring)."""
+        d = self.delta()
+        v = float(d @ d)
+        if self.variant == "naive":
+            return np.array([v])
+        if self.variant == "linear":
+            xi = self.in_current(self._xi)
+            return np.array([v, float(xi @ d) if xi.size else 0.0])
+        sk = self._sketches.get(d.size)
+        if sk is None:
+            sk = self._sketches[d.size] = AmsSketch(d.size, self.sk_rows, self.sk_cols)
+        return np.concatenate([[v], sk(d).ravel()])
+
+    def _state_size(self) -> int:
+        return {"naive": 1, "linear": 2}.get(self.variant, 1 + self.sk_rows * self.sk_cols)
+
+    def _start_monitoring(self, E: np.ndarray | None = None, params: dict | None = None,
+                          quantum: float | None = None, R: np.ndarray | None = None) -> None:
+        n = self._state_size()
+        self.E = np.zeros(n) if E is None else np.asarray(E, dtype=np.float64)
+        self.R = np.zeros(n) if R is None else R
+        self.phi = SafeFunction(self.variant, self.theta, params if params is not None else
+                                safe_function(self.variant, self.theta, self.E, self.eps,
+                                              self.sk_rows, self.sk_cols).params,
+                                self.eps, self.sk_rows, self.sk_cols)
+        self.zero = self.phi(self.E)
+        self.quantum = -self.zero / 2.0 if quantum is None else float(quantum)
+        self.fgm = 0 if E is None else self.fgm + 1
+        self.sent = 0
+        self.polled = False
+        self._in_sync = False
+
+    # -- monitoring ------------------------------------------------------------------------
+    def after_batch(self, n_records: int) -> None:
+        if self.polled or self._in_sync:
+            return
+        value = self.phi(self.E + self.local_state() - self.R)
+        count = math.floor((value - self.zero) / self.quantum)
+        if count > self.sent:
+            self.sent = count
+            self.increments += 1
+            self.peers[0].increment(self.fda_round, self.fgm, self.ctx.index, count)
+
+    @remote(oneway=True)
+    def poll(self, round_: int, fgm: int) -> None:
+        """The coordinator asks for this spoke's local state; the stream pauses until it
+        decided."""
+        if (round_, fgm) != (self.fda_round, self.fgm) or self.polled:
+            return
+        self.polled = True
+        self.polls_answered += 1
+        self._frozen = self.local_state()
+        self.wait_on(self.peers[0].state(round_, fgm, self.ctx.index, self._frozen,
+                                         int(self.delta().size)), self._decided)
+
+    def _decided(self, decision: dict) -> None:
+        if decision["action"] == "continue":
+            self._start_monitoring(decision["E"], decision["safe"], decision["theta"], self._frozen)
+            return
+        self._in_sync = True
+        previous = self._base
+        self.sync_models(lambda w: self._new_round(w, previous))
+
+    def _new_round(self, w_global: np.ndarray, previous: tuple | None) -> None:
+        learner = self.pipeline.learner
+        if self.variant == "linear":
+            step = w_global - self.in_current(previous)
+            norm = float(np.linalg.norm(step))
+            self._xi = (step / norm, learner.layout()) if norm > 0 else None
+        self._base = (w_global.copy(), learner.layout())
+        self.fda_round += 1
+        self._start_monitoring()
+
+    def on_sync_failed(self, method: str, errors: list) -> None:
+        self._start_monitoring()
+
+    def protocol_statistics(self) -> dict:
+        out = super().protocol_statistics()
+        out.update({"variant": self.variant, "fdaRound": self.fda_round,
+                    "increments": self.increments, "pollsAnswered": self.polls_answered})
+        return out
+
+
+FunctionalDynamicAveragingHub.peer = FunctionalDynamicAveragingSpoke

@@ -1,0 +1,541 @@
+"""The parameter server sharded over ``hubParallelism`` hubs, and what every protocol of
+issue 6 shares on top of it: weighted model averaging, communication accounting and the
+time spokes spend waiting on synchronization.
+
+Sharding (papers/002_9b954bd89ad87406.txt §2.1–2.2, Fig. 2.1: "the PS may be distributed
+over several server nodes"; ps-lite's key ranges): with ``m`` hubs the flat parameter
+vector of size ``D`` is cut into ``m`` contiguous shards (:func:`shard_bounds`, the first
+``D mod m`` shards one entry longer); hub ``j`` owns shard ``j``. A spoke sends shard ``j``
+of its vector to hub ``j`` only (one call per hub, so the bytes to hubs are ``D`` floats,
+not ``m·D``), gathers the ``m`` answers and reassembles the global vector.
+
+Label sets and layouts. Label sets grow while streaming, which changes ``D`` and moves
+every shard boundary, so a vector cannot be sharded before its layout is final:
+
+- ``m = 1`` keeps the growing-layout behaviour of :mod:`learning.protocols.asynchronous`:
+  every vector travels with its ``learner.layout()`` and is aligned with
+  ``learner.grow(layout)`` / ``learner.project(w, layout)`` on arrival.
+- ``m > 1`` requires a **fixed layout**: the Create request must give the learner's
+  ``parameters`` that fix it (``n_features``, and ``classes`` for a classifier, e.g.
+  ``{"classes": [0, 1], "n_features": 9}``); anything else is refused at Create with
+  ``unsupported`` (field ``learner.parameters``). Training records with a label outside
+  ``classes`` are rejected (counted in ``rejected``, sent to dead letters) instead of
+  growing the model. Every node builds the same layout from the same request, so every
+  hub knows its shard from the start.
+
+Weighted aggregation (papers/003_026f5d1641a0ab17.txt §II.B, eq. 2):
+``w̃ = Σ γ_i w_i / Σ γ_i`` with ``γ_i`` the records fitted by spoke ``i`` since its last
+synchronization (the plain mean when every ``γ_i`` is 0: then every ``w_i`` already is
+the last global model).
+
+Accounting. Every spoke of these protocols reports ``rounds`` (synchronizations it took
+part in), ``pushes``, ``waitMs`` (milliseconds its stream was paused waiting on a
+synchronization), and ``syncMessagesSent`` / ``syncBytesSent``: the middleware's counts
+without the one-way ``report`` calls that answer Queries, so that protocols are compared
+on what they send to synchronize. Hub 0 adds the totals over spokes to the Query's
+``protocol`` section (``syncBytesToHubs``, ``syncBytesToSpokes``, ``rounds``,
+``waitMs``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any, Callable
+
+import numpy as np
+
+from learning.errors import RequestError
+from learning.learners.base import as_labels, label_key
+from learning.protocols.base import PipelineHub, PipelineSpoke, RecordRejected
+from middleware import BroadcastPromise, remote
+
+__all__ = ["shard_bounds", "weighted_average", "fixed_layout", "ShardedSpoke", "ShardedHub",
+           "AveragingHub", "REPORT_METHOD"]
+
+log = logging.getLogger(__name__)
+
+#: The one-way call that carries a spoke's statistics to hub 0 for a Query; not counted
+#: as synchronization traffic.
+REPORT_METHOD = "report"
+
+
+def shard_bounds(size: int, m: int) -> list[tuple[int, int]]:
+    """Contiguous shards ``[(lo, hi), ...]`` of a vector of ``size`` entries over ``m``
+    hubs, as equal as possible (the first ``size % m`` shards have one entry more).
+
+    >>> shard_bounds(10, 3)
+    [(0, 4), (4, 7), (7, 10)]
+    >>> shard_bounds(2, 3)
+    [(0, 1), (1, 2), (2, 2)]
+
+    Raises
+    ------
+    ValueError
+        If ``m < 1`` or ``size < 0``.
+    """
+    if m < 1 or size < 0:
+        raise ValueError(f"need m >= 1 and size >= 0, got m={m}, size={size}")
+    q, r = divmod(size, m)
+    out, lo = [], 0
+    for j in range(m):
+        hi = lo + q + (1 if j < r else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def weighted_average(vectors: list[np.ndarray], weights: list[float]) -> np.ndarray:
+    """``Σ γ_i w_i / Σ γ_i`` (papers/003 eq. 2); the plain mean when ``Σ γ_i = 0``.
+
+    Parameters
+    ----------
+    vectors : list of (n,) float64
+    weights : list of float >= 0, one per vector
+
+    Raises
+    ------
+    ValueError
+        If there is no vector, or a weight is negative.
+    """
+    if not vectors:
+        raise ValueError("nothing to average")
+    g = np.asarray(weights, dtype=np.float64)
+    if np.any(g < 0):
+        raise ValueError(f"weights must be >= 0, got {weights}")
+    total = float(g.sum())
+    if total <= 0.0:
+        return np.mean(np.stack(vectors), axis=0)
+    acc = np.zeros_like(vectors[0], dtype=np.float64)
+    for v, w in zip(vectors, g):
+        if w > 0.0:
+            acc += w * v
+    return acc / total
+
+
+def fixed_layout(learner, m: int) -> dict:
+    """The learner's layout when it cannot grow any more; what ``m > 1`` hubs need.
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``unsupported`` (field ``learner.parameters``) when the layout may still grow:
+        ``n_features`` unknown, or a classifier without at least two ``classes``.
+    """
+    layout = learner.layout()
+    missing = []
+    if "n_features" in layout and layout["n_features"] is None:
+        missing.append("n_features")
+    if hasattr(learner, "classes") and len(learner.classes) < 2:
+        missing.append("classes (at least two)")
+    if missing or learner.get_params().size == 0:
+        raise RequestError(
+            "unsupported", f"hubParallelism {m} shards the parameter vector, whose layout must "
+            f"be fixed at Create: give learner.parameters {' and '.join(missing) or 'that fix it'}"
+            f" (e.g. {{\"classes\": [0, 1], \"n_features\": 9}}); labels outside 'classes' are "
+            f"then rejected", "learner.parameters")
+    return layout
+
+
+class _Traffic:
+    """Counts what a node sends per remote method (bytes include fragments)."""
+
+    def _init_traffic(self) -> None:
+        self.sent_by_method: Counter = Counter()
+        self.sent_bytes_by_method: Counter = Counter()
+
+    def _send(self, dst, kind, method, call_id, payload) -> None:  # Node._send, counted
+        stats = self.stats
+        m0, b0 = sum(stats.sent_messages.values()), sum(stats.sent_bytes.values())
+        super()._send(dst, kind, method, call_id, payload)
+        self.sent_by_method[method] += sum(stats.sent_messages.values()) - m0
+        self.sent_bytes_by_method[method] += sum(stats.sent_bytes.values()) - b0
+
+    def sync_traffic(self) -> tuple[int, int]:
+        """(messages, bytes) sent, Query reports excluded."""
+        return (sum(n for k, n in self.sent_by_method.items() if k != REPORT_METHOD),
+                sum(n for k, n in self.sent_bytes_by_method.items() if k != REPORT_METHOD))
+
+
+class ShardedSpoke(_Traffic, PipelineSpoke):
+    """A spoke of a sharded parameter server: scatter shards, gather answers, reassemble.
+
+    Subclasses call :meth:`scatter` (one call per hub, shard ``j`` to hub ``j``) and
+    :meth:`assemble` (answers → the global vector in this learner's current layout), and
+    may use :meth:`sync_models` for a BSP-style averaging round against an
+    :class:`AveragingHub`.
+
+    Attributes
+    ----------
+    records_since_sync : int
+        ``γ_i``: records fitted since this spoke's last synchronization.
+    rounds, pushes : int
+        Synchronizations completed; vectors sent (one push reaches every hub).
+    wait_ms : float
+        Milliseconds this spoke's stream was paused on synchronizations.
+    """
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        self._init_traffic()
+        self.hub_parallelism = int(request.training_configuration.get("hubParallelism", 1))
+        self._fixed: dict | None = None
+        self._labels: set | None = None
+        learner = self.pipeline.learner
+        if self.hub_parallelism > 1:
+            self._fixed = fixed_layout(learner, self.hub_parallelism)
+            if hasattr(learner, "classes"):
+                self._labels = {label_key(c) for c in learner.classes}
+        self.records_since_sync = 0
+        self.rounds = 0
+        self.pushes = 0
+        self.wait_ms = 0.0
+        self.sync_failures = 0
+        self._waits = 0
+        self._wait_started = 0.0
+
+    def attach(self, ctx) -> None:
+        """As :meth:`Node.attach`; the network must have ``hubParallelism`` hubs.
+
+        Raises
+        ------
+        ValueError
+            When it has another number of hubs.
+        """
+        if ctx.n_hubs != self.hub_parallelism:
+            raise ValueError(f"pipeline {ctx.network} has hubParallelism {self.hub_parallelism} "
+                             f"but its network has {ctx.n_hubs} hubs")
+        super().attach(ctx)
+
+    # -- stream --------------------------------------------------------------------------
+    def on_train(self, features: list, label: Any) -> None:
+        if self._labels is not None and label is not None:
+            try:
+                key = label_key(as_labels([label])[0])
+            except ValueError:
+                key = None
+            if key not in self._labels:
+                self.rejected += 1
+                raise RecordRejected(f"label {label!r} is not one of the classes fixed at Create "
+                                     f"(hubParallelism {self.hub_parallelism} needs a fixed layout)")
+        super().on_train(features, label)
+
+    def on_batch_fitted(self, n_records: int) -> None:
+        self.records_since_sync += n_records
+        self.after_batch(n_records)
+
+    def after_batch(self, n_records: int) -> None:
+        """Protocol hook: a mini-batch was fitted and counted in ``records_since_sync``."""
+
+    # -- the vector ----------------------------------------------------------------------
+    def vector(self) -> tuple[np.ndarray, dict]:
+        """This spoke's model and its layout; with ``m > 1`` checked against the fixed one.
+
+        Raises
+        ------
+        RuntimeError
+            When a fixed layout changed (a broken invariant: labels are filtered).
+        """
+        learner = self.pipeline.learner
+        w, layout = learner.get_params(), learner.layout()
+        if self._fixed is not None and layout != self._fixed:
+            raise RuntimeError(f"the layout fixed at Create changed: {self._fixed} -> {layout}")
+        return w, layout
+
+    def in_current(self, vec_layout: tuple[np.ndarray, dict] | None) -> np.ndarray:
+        """A remembered ``(vector, layout)`` in this learner's current layout (zeros for None)."""
+        learner = self.pipeline.learner
+        if vec_layout is None:
+            return np.zeros_like(learner.get_params())
+        vec, layout = vec_layout
+        if self._fixed is not None:
+            return np.asarray(vec, dtype=np.float64)
+        return learner.project(vec, layout)
+
+    def scatter(self, method: str, w: np.ndarray, layout: dict, *args: Any, sync: bool,
+                on_all: Callable[[list], None]) -> None:
+        """Call ``method(shard_j, layout, *args)`` on every hub ``j`` and run
+        ``on_all(answers)`` (ordered by hub) once all ``m`` answered.
+
+        With ``sync`` the stream is paused (``then_sync``) until the last answer has been
+        handled, and the pause is added to ``wait_ms``. A remote failure is logged,
+        counted in ``sync_failures`` and ``on_all`` is not run (the protocol's
+        :meth:`on_sync_failed` is).
+        """
+        m = self.ctx.n_hubs
+        bounds = shard_bounds(w.size, m) if m > 1 else [(0, w.size)]
+        answers: list[Any] = [None] * m
+        state = {"got": 0, "failed": []}
+        if sync:
+            self._waits += 1
+            if self._waits == 1:
+                self._wait_started = time.monotonic()
+
+        def done() -> None:
+            if sync:
+                self._waits -= 1
+                if self._waits == 0:
+                    self.wait_ms += (time.monotonic() - self._wait_started) * 1000.0
+            if state["failed"]:
+                self.sync_failures += 1
+                log.error("%s: %s failed on %d hub(s): %s", self.name, method,
+                          len(state["failed"]), state["failed"][0])
+                self.on_sync_failed(method, state["failed"])
+            else:
+                on_all(answers)
+
+        def ok(j: int):
+            def cb(value: Any) -> None:
+                answers[j] = value
+                state["got"] += 1
+                if state["got"] == m:
+                    done()
+            return cb
+
+        def failed(error) -> None:
+            state["failed"].append(error)
+            state["got"] += 1
+            if state["got"] == m:
+                done()
+
+        for j, (lo, hi) in enumerate(bounds):
+            call = getattr(self.peers[j], method)(w[lo:hi].copy(), layout, *args)
+            call.on_error(failed)
+            if sync:
+                call.then_sync(ok(j))
+            else:
+                call.then(ok(j))
+
+    def on_sync_failed(self, method: str, errors: list) -> None:
+        """Protocol hook: a scatter's call failed on some hub (already logged)."""
+
+    def wait_on(self, call, callback: Callable[[Any], None]) -> None:
+        """``call.then_sync(callback)`` with the pause added to ``wait_ms``; a remote
+        failure is logged, counted and handed to :meth:`on_sync_failed`."""
+        self._waits += 1
+        if self._waits == 1:
+            self._wait_started = time.monotonic()
+
+        def finish() -> None:
+            self._waits -= 1
+            if self._waits == 0:
+                self.wait_ms += (time.monotonic() - self._wait_started) * 1000.0
+
+        def ok(value: Any) -> None:
+            finish()
+            callback(value)
+
+        def failed(error) -> None:
+            finish()
+            self.sync_failures += 1
+            log.error("%s: %s failed: %s", self.name, call.method, error)
+            self.on_sync_failed(call.method, [error])
+
+        call.on_error(failed)
+        call.then_sync(ok)
+
+    def assemble(self, vectors: list[np.ndarray], layouts: list[dict]) -> np.ndarray:
+        """The hubs' shards (ordered by hub) as one vector in this learner's current layout.
+
+        Raises
+        ------
+        ValueError
+            When the shards do not add up to the fixed layout (``m > 1``).
+        """
+        learner = self.pipeline.learner
+        if self._fixed is None:
+            learner.grow(layouts[0])
+            return learner.project(np.asarray(vectors[0], dtype=np.float64), layouts[0])
+        w = np.concatenate([np.asarray(v, dtype=np.float64) for v in vectors])
+        if w.size != learner.get_params().size or any(lay != self._fixed for lay in layouts):
+            raise ValueError(f"hubs sent {w.size} parameters in layouts {layouts}; the fixed "
+                             f"layout is {self._fixed}")
+        return w
+
+    # -- a BSP-style averaging round (papers/002 §2.2.1, papers/003 §II.B) ---------------
+    def sync_models(self, on_done: Callable[[np.ndarray], None]) -> None:
+        """Push this spoke's model to every hub's averaging round, paused until the
+        weighted average (eq. 2) came back; then install it and call ``on_done(w)``."""
+        w, layout = self.vector()
+        records, self.records_since_sync = self.records_since_sync, 0
+        self.pushes += 1
+
+        def install(answers: list) -> None:
+            w_global = self.assemble([a[0] for a in answers], [a[1] for a in answers])
+            self.pipeline.learner.set_params(w_global)
+            self.rounds += 1
+            on_done(w_global)
+
+        self.scatter("push", w, layout, records, self.ctx.index, sync=True, on_all=install)
+
+    # -- statistics ----------------------------------------------------------------------
+    def protocol_statistics(self) -> dict:
+        """Protocol extras of this spoke (subclasses add to it)."""
+        messages, nbytes = self.sync_traffic()
+        return {"rounds": self.rounds, "pushes": self.pushes, "waitMs": self.wait_ms,
+                "syncMessagesSent": messages, "syncBytesSent": nbytes,
+                "syncFailures": self.sync_failures}
+
+    def statistics(self) -> dict:
+        out = super().statistics()
+        out["protocol"] = self.protocol_statistics()
+        return out
+
+
+class ShardedHub(_Traffic, PipelineHub):
+    """One shard of the parameter server: hub ``j`` owns entries ``[lo, hi)`` of the
+    global vector (:func:`shard_bounds`).
+
+    ``self.learner`` stays a whole-model parameter container (what the kernel snapshots),
+    of which this hub maintains only its shard; with ``m = 1`` the shard is the whole,
+    possibly growing, vector.
+    """
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        self._init_traffic()
+        self.hub_parallelism = int(request.training_configuration.get("hubParallelism", 1))
+        if self.hub_parallelism > 1:
+            fixed_layout(self.learner, self.hub_parallelism)
+        self.rounds = 0
+
+    def attach(self, ctx) -> None:
+        """As :meth:`Node.attach`; the network must have ``hubParallelism`` hubs."""
+        if ctx.n_hubs != self.hub_parallelism:
+            raise ValueError(f"pipeline {ctx.network} has hubParallelism {self.hub_parallelism} "
+                             f"but its network has {ctx.n_hubs} hubs")
+        super().attach(ctx)
+
+    @property
+    def sharded(self) -> bool:
+        return self.ctx.n_hubs > 1
+
+    def bounds(self) -> tuple[int, int]:
+        """``(lo, hi)``: the entries of the global vector this hub owns."""
+        size = self.learner.get_params().size
+        if not self.sharded:
+            return 0, size
+        return shard_bounds(size, self.ctx.n_hubs)[self.ctx.index]
+
+    def shard(self) -> np.ndarray:
+        lo, hi = self.bounds()
+        return self.learner.get_params()[lo:hi]
+
+    def set_shard(self, v: np.ndarray) -> None:
+        lo, hi = self.bounds()
+        w = self.learner.get_params()
+        w[lo:hi] = v
+        self.learner.set_params(w)
+
+    def align(self, items: list[tuple[Any, dict]]) -> list[np.ndarray]:
+        """Incoming ``(shard, layout)`` pairs as shards of this hub's current layout
+        (``m = 1``: grown to the union of the layouts, then projected).
+
+        Raises
+        ------
+        ValueError
+            A shard of the wrong size or layout (``m > 1``).
+        """
+        if not self.sharded:
+            for _, layout in items:
+                self.learner.grow(layout)
+            return [self.learner.project(np.asarray(v, dtype=np.float64), lay) for v, lay in items]
+        lo, hi = self.bounds()
+        mine = self.learner.layout()
+        out = []
+        for v, layout in items:
+            v = np.asarray(v, dtype=np.float64)
+            if v.size != hi - lo or layout != mine:
+                raise ValueError(f"hub {self.ctx.index} owns {hi - lo} parameters of layout "
+                                 f"{mine}; got {v.size} of layout {layout}")
+            out.append(v)
+        return out
+
+    def answer(self, v: np.ndarray, *extra: Any) -> list:
+        """What hubs send back: ``[shard, layout, *extra]``."""
+        return [np.asarray(v, dtype=np.float64), self.learner.layout(), *extra]
+
+    def global_statistics(self) -> dict:
+        out = super().global_statistics()
+        out.update({"rounds": self.rounds, "hub": self.ctx.index, "hubs": self.ctx.n_hubs})
+        return out
+
+    def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
+        out = super().query_response(request_id, spokes)
+        protos = [s.get("protocol", {}) for s in spokes]
+        out["protocol"].update({
+            "syncMessagesToHubs": sum(p.get("syncMessagesSent", 0) for p in protos),
+            "syncBytesToHubs": sum(p.get("syncBytesSent", 0) for p in protos),
+            # spokes receive nothing but synchronization traffic
+            "syncMessagesToSpokes": sum(s["network"]["messages_received"] for s in spokes),
+            "syncBytesToSpokes": sum(s["network"]["bytes_received"] for s in spokes),
+            "waitMs": sum(p.get("waitMs", 0.0) for p in protos),
+            "spokeRounds": [p.get("rounds", 0) for p in protos],
+        })
+        return out
+
+    def model_summary(self, limit: int) -> dict:
+        """As :meth:`PipelineHub.model_summary`; with ``m > 1`` it describes the shard
+        hub 0 owns (``shard``: ``{"hub", "hubs", "start", "stop", "size"}``)."""
+        if not self.sharded:
+            return super().model_summary(limit)
+        lo, hi = self.bounds()
+        w = self.shard()
+        out = {"available": True, "size": int(w.size), "layout": self.learner.layout(),
+               "truncated": bool(w.size > limit),
+               "shard": {"hub": self.ctx.index, "hubs": self.ctx.n_hubs, "start": lo, "stop": hi,
+                         "size": int(self.learner.get_params().size)}}
+        if w.size > limit:
+            out["summary"] = {"l2Norm": float(np.linalg.norm(w)), "head": [float(x) for x in w[:16]]}
+            out["params"] = []
+        else:
+            out["params"] = [float(x) for x in w]
+        return out
+
+
+class AveragingHub(ShardedHub):
+    """A hub running BSP-style averaging rounds on its shard (papers/002 §2.2.1;
+    papers/003 §II.B, eq. 2): a round ends when every spoke has pushed; the weighted
+    average answers them all through one broadcast promise."""
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        self._round: BroadcastPromise | None = None
+        self._pushed: dict[int, tuple[Any, dict, int]] = {}
+
+    @remote
+    def push(self, shard: np.ndarray, layout: dict, records: int, spoke: int) -> BroadcastPromise:
+        """Spoke ``spoke``'s model shard for the current round, weighted by ``records``.
+
+        Returns
+        -------
+        BroadcastPromise
+            Answered to every spoke, once all pushed, with ``[w̃ shard, layout]``.
+
+        Raises
+        ------
+        ValueError
+            The same spoke pushed twice in one round (a protocol bug), or a bad shard.
+        """
+        if self._round is None:
+            self._round = BroadcastPromise()
+            self._pushed = {}
+        if spoke in self._pushed:
+            raise ValueError(f"spoke {spoke} pushed twice in round {self.rounds + 1}")
+        self._pushed[spoke] = (shard, layout, int(records))
+        p = self._round
+        if len(self._pushed) == self.n_peers:
+            order = sorted(self._pushed)
+            vectors = self.align([self._pushed[i][:2] for i in order])
+            w = weighted_average(vectors, [self._pushed[i][2] for i in order])
+            self.set_shard(w)
+            self.rounds += 1
+            self.updates += 1
+            self._round, self._pushed = None, {}
+            self.on_round_end(w)
+            p.fulfil(self.answer(w))
+        return p
+
+    def on_round_end(self, w: np.ndarray) -> None:
+        """Hook: an averaging round ended with shard ``w``."""

@@ -1,0 +1,204 @@
+"""Stale Synchronous Parallel (SSP) on a sharded parameter server (papers/002_9b954bd89ad87406.txt
+§2.2.3, after Ho et al., NIPS 2013), with the weighted, stale-compensated global update of
+papers/003_026f5d1641a0ab17.txt §II.C.
+
+Each spoke has a clock: the number of pushes it made. After every ``miniBatches``
+mini-batches it pushes its model (shard ``j`` to hub ``j``) with its clock ``c`` and the
+records ``γ`` it fitted since its previous push. A hub keeps the latest ``(w_i, γ_i)`` of
+every spoke and the global shard
+
+    w̃ = Σ_i γ_i w_i / Σ_i γ_i                        (papers/003 eq. 2)
+
+so a push replaces the spoke's previous contribution, ``w̃ ← w̃ + γ_i (w_i^new − w_i^old) /
+Σγ`` in the paper's §II.C form (its stale-update compensation; here the γ of the new push
+replaces the old one). The hub answers the push with ``w̃`` as soon as
+``c − min_j c_j ≤ s`` (``s`` = ``staleness``), else it holds the answer until the slowest
+spoke catches up: **no spoke proceeds past round c before every spoke has pushed round
+c − s**, i.e. no spoke is more than ``s`` rounds ahead of the slowest.
+
+The spoke installs ``w̃`` plus what it learned while the push was in flight. It pauses
+(``then_sync``) only when it must: hubs send the slowest clock with every answer, and a
+spoke whose new clock is within ``s`` of the slowest clock it knows continues at once (the
+hubs are then certain to answer at once). Hence:
+
+- ``staleness = 0``: every push waits for all spokes' pushes of the same round, all
+  answers carry the same ``w̃`` — exactly BSP (:mod:`learning.protocols.synchronous`);
+- a staleness larger than the number of rounds: no spoke ever waits, every push is
+  answered at once — TAP with the papers/003 §II.C update.
+
+A Query is a synchronization point as for BSP: a spoke with no push in flight pushes
+what it has (see :mod:`learning.protocols.synchronous` for why a finite stream needs it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from learning.errors import RequestError
+from learning.protocols.sharding import ShardedHub, ShardedSpoke, weighted_average
+from middleware import Promise, remote
+
+__all__ = ["StaleSynchronousSpoke", "StaleSynchronousHub", "DEFAULT_STALENESS"]
+
+DEFAULT_STALENESS = 2
+
+
+def staleness_of(cfg: dict) -> int:
+    """``trainingConfiguration.staleness`` (rounds, >= 0; default 2).
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``schema`` for a negative or non-integer value.
+    """
+    s = cfg.get("staleness", DEFAULT_STALENESS)
+    if isinstance(s, bool) or not isinstance(s, (int, float)) or s < 0 or int(s) != s:
+        raise RequestError("schema", f"staleness must be an integer >= 0, got {s!r}",
+                           "trainingConfiguration.staleness")
+    return int(s)
+
+
+class StaleSynchronousHub(ShardedHub):
+    """An SSP shard: latest contribution of every spoke, clocks, held answers.
+
+    Attributes
+    ----------
+    clocks : dict[int, int]
+        Pushes received per spoke.
+    max_lead : int
+        The largest ``c − min_j c_j`` of any push when it was answered (never > staleness).
+    held : int
+        Answers that had to wait for the slowest spoke.
+    """
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        self.staleness = staleness_of(request.training_configuration)
+        self.clocks: dict[int, int] = {}
+        self.max_lead = 0
+        self.held = 0
+        self._latest: dict[int, tuple[Any, dict, int]] = {}
+        self._waiting: list[tuple[int, int, Promise]] = []
+
+    def update(self, request) -> None:
+        super().update(request)
+        self.staleness = staleness_of(self.request.training_configuration)
+        self._release()
+
+    def min_clock(self) -> int:
+        return min(self.clocks.get(i, 0) for i in range(self.n_peers))
+
+    @remote
+    def push(self, shard: np.ndarray, layout: dict, records: int, spoke: int, clock: int):
+        """Spoke ``spoke``'s model shard at its clock ``clock`` (its ``clock``-th push).
+
+        Returns
+        -------
+        ``[w̃ shard, layout, slowest clock]`` now, or a Promise of it held until
+        ``clock − min_j c_j ≤ staleness``.
+        """
+        self.clocks[spoke] = max(self.clocks.get(spoke, 0), int(clock))
+        self._latest[spoke] = (shard, layout, int(records))
+        order = sorted(self._latest)
+        vectors = self.align([self._latest[i][:2] for i in order])
+        weights = [self._latest[i][2] for i in order]
+        if sum(weights) > 0:
+            self.set_shard(weighted_average(vectors, weights))
+        self.updates += 1
+        self.rounds = self.min_clock()
+        self._release()
+        if clock - self.min_clock() <= self.staleness:
+            return self._answer_now(clock)
+        p = Promise()
+        self.held += 1
+        self._waiting.append((spoke, int(clock), p))
+        return p
+
+    def _answer_now(self, clock: int) -> list:
+        lead = clock - self.min_clock()
+        self.max_lead = max(self.max_lead, lead)
+        return self.answer(self.shard(), self.min_clock())
+
+    def _release(self) -> None:
+        still = []
+        for spoke, clock, p in self._waiting:
+            if clock - self.min_clock() <= self.staleness:
+                p.fulfil(self._answer_now(clock))
+            else:
+                still.append((spoke, clock, p))
+        self._waiting = still
+
+    def global_statistics(self) -> dict:
+        out = super().global_statistics()
+        out.update({"staleness": self.staleness, "clocks": [self.clocks.get(i, 0) for i in
+                                                            range(self.n_peers)],
+                    "maxLead": self.max_lead, "heldAnswers": self.held})
+        return out
+
+
+class StaleSynchronousSpoke(ShardedSpoke):
+    """An SSP worker: push every ``miniBatches`` mini-batches; wait only when ahead."""
+
+    peer = StaleSynchronousHub
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        self.staleness = staleness_of(request.training_configuration)
+        self.clock = 0
+        self.slowest = 0  # the slowest clock the hubs last told us
+        self.in_flight = False
+        self.waited = 0  # pushes after which this spoke had to pause
+        self._since = 0
+        self._pushed: tuple[np.ndarray, dict] | None = None
+
+    def on_update(self) -> None:
+        self.staleness = staleness_of(self.request.training_configuration)
+
+    def after_batch(self, n_records: int) -> None:
+        self._since += 1
+        if self._since >= self.mini_batches and not self.in_flight:
+            self._push()
+
+    def _push(self) -> None:
+        self._since = 0
+        w, layout = self.vector()
+        records, self.records_since_sync = self.records_since_sync, 0
+        self.clock += 1
+        self.pushes += 1
+        self.in_flight = True
+        self._pushed = (w, layout)
+        sync = self.clock - self.slowest > self.staleness
+        self.waited += sync
+        self.scatter("push", w, layout, records, self.ctx.index, self.clock, sync=sync,
+                     on_all=self._on_global)
+
+    def _on_global(self, answers: list) -> None:
+        learner = self.pipeline.learner
+        w_global = self.assemble([a[0] for a in answers], [a[1] for a in answers])
+        progress = learner.get_params() - self.in_current(self._pushed)
+        learner.set_params(w_global + progress)
+        self.slowest = max(self.slowest, min(int(a[2]) for a in answers))
+        self.rounds += 1
+        self.in_flight = False
+        if self._since >= self.mini_batches:
+            self._push()
+
+    def on_sync_failed(self, method: str, errors: list) -> None:
+        self.in_flight = False
+
+    def on_query(self, request_id: Any, service: dict | None = None) -> None:
+        """Fit what is buffered, push unless a push is in flight, then report."""
+        self.flush()
+        if not self.in_flight:
+            self._push()
+        super().on_query(request_id, service)
+
+    def protocol_statistics(self) -> dict:
+        out = super().protocol_statistics()
+        out.update({"clock": self.clock, "slowestKnown": self.slowest, "waitedPushes": self.waited})
+        return out
+
+
+StaleSynchronousHub.peer = StaleSynchronousSpoke

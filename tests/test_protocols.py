@@ -1,0 +1,552 @@
+"""Synchronization protocols on the in-process kernel (issue 6): correctness against exact
+references, the guarantees each protocol claims, and the sharded parameter server.
+
+Every test runs a whole network (spokes and ``m`` hubs) on :class:`operators.local.LocalNetwork`;
+a tiny least-squares learner trained by plain SGD, registered here only, makes the BSP ≡
+centralized-SGD identity of papers/002 §2.2.1 exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from learning.errors import RequestError
+from learning.learners.base import Learner, as_labels, as_matrix
+from learning.protocols import PROTOCOLS, make_hub, make_spoke
+from learning.protocols.base import RecordRejected
+from learning.protocols.sharding import shard_bounds, weighted_average
+from learning.registry import LEARNERS, register_learner
+from learning.requests import parse_request
+from operators.local import LocalNetwork
+
+
+# -- an exact plain-SGD learner (test only) ----------------------------------------------
+class LeastSquaresSGD(Learner):
+    """Linear least squares by plain mini-batch SGD: one step ``w -= η · mean(r x̃)`` per
+    ``fit`` with ``x̃ = [x | 1]``, ``r = x̃·w − y``. Fixed layout once ``n_features`` is known."""
+
+    task = "regression"
+
+    def __init__(self, learning_rate: float = 0.05):
+        self.learning_rate = learning_rate
+        self.n_features: int | None = None
+        self.w = np.zeros(0)
+
+    def _width(self, d: int) -> None:
+        if self.n_features is None:
+            self.n_features, self.w = d, np.zeros(d + 1)
+
+    def _xa(self, X) -> np.ndarray:
+        X = as_matrix(X, self.n_features)
+        self._width(X.shape[1])
+        return np.hstack([X, np.ones((X.shape[0], 1))])
+
+    def fit(self, X, y) -> None:
+        Xa = self._xa(X)
+        t = np.asarray(as_labels(y), dtype=np.float64)
+        if len(t):
+            self.w = self.w - self.learning_rate * (Xa.T @ (Xa @ self.w - t)) / len(t)
+
+    def predict(self, X) -> list:
+        return (self._xa(X) @ self.w).tolist()
+
+    def loss(self, X, y) -> float:
+        r = self._xa(X) @ self.w - np.asarray(as_labels(y), dtype=np.float64)
+        return float(0.5 * r @ r)
+
+    def get_params(self) -> np.ndarray:
+        return self.w.copy()
+
+    def set_params(self, w) -> None:
+        w = np.asarray(w, dtype=np.float64)
+        if w.shape != self.w.shape:
+            raise ValueError(f"expected {self.w.size} parameters, got {w.shape}")
+        self.w = w.copy()
+
+    def layout(self) -> dict:
+        return {"n_features": self.n_features}
+
+    def grow(self, layout: dict) -> None:
+        if layout.get("n_features") is not None:
+            self._width(int(layout["n_features"]))
+
+    def project(self, w, layout) -> np.ndarray:
+        self.grow(layout)
+        w = np.asarray(w, dtype=np.float64)
+        return w.copy() if w.size else np.zeros_like(self.w)
+
+    def _parameters_json(self) -> dict:
+        return {"n_features": self.n_features, "w": self.w.tolist()}
+
+    def _load_parameters(self, parameters: dict) -> None:
+        if parameters.get("n_features") is not None:
+            self._width(int(parameters["n_features"]))
+        if parameters.get("w") is not None:
+            self.set_params(parameters["w"])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _least_squares_registered():
+    """The test learner exists for this module's tests only."""
+    register_learner("LeastSquaresSGD", LeastSquaresSGD)
+    yield
+    LEARNERS.pop("LeastSquaresSGD", None)
+
+
+# -- helpers -----------------------------------------------------------------------------
+def create(protocol: str, *, learner: dict | None = None, hubs: int = 1, batch: int = 8,
+           batches: int = 1, pre: list | None = None, **config) -> dict:
+    return {"id": 5, "request": "Create", "requestId": "c",
+            "preProcessors": pre or [],
+            "learner": learner or {"name": "LeastSquaresSGD",
+                                   "hyperParameters": {"learning_rate": 0.05},
+                                   "parameters": {"n_features": 5}},
+            "trainingConfiguration": {"protocol": protocol, "hubParallelism": hubs,
+                                      "miniBatchSize": batch, "miniBatches": batches, **config}}
+
+
+def network(req: dict, k: int, m: int, **kw) -> LocalNetwork:
+    r = parse_request(req)
+    return LocalNetwork([make_spoke(r) for _ in range(k)], [make_hub(r) for _ in range(m)],
+                        network=r.id, **kw)
+
+
+def stream(net: LocalNetwork, X, y, *, every: int = 1, spoke_of=None, after=None) -> None:
+    """Feed records round-robin (or by ``spoke_of(i)``), delivering messages every ``every``."""
+    k = len(net.spokes)
+    for i in range(len(X)):
+        s = spoke_of(i) if spoke_of else i % k
+        net.feed(s, lambda s=s, i=i: net.spokes[s].on_train(X[i].tolist(), y[i].item()))
+        if i % every == 0:
+            net.run()
+            if after:
+                after(i)
+    net.run()
+
+
+def query(net: LocalNetwork) -> dict:
+    before = len(net.outputs["responses"])
+    for s in net.spokes:
+        s.on_query("q")
+    net.run()
+    assert len(net.outputs["responses"]) == before + 1
+    return net.outputs["responses"][-1]
+
+
+def global_model(net: LocalNetwork) -> np.ndarray:
+    """The global vector, reassembled from every hub's shard."""
+    return np.concatenate([h.shard() for h in net.hubs])
+
+
+def regression(n: int, d: int = 5, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = X @ rng.normal(size=d) + 0.5 + 0.1 * rng.normal(size=n)
+    return X, y
+
+
+def centralized_sgd(X, y, batch: int, lr: float = 0.05) -> np.ndarray:
+    w = np.zeros(X.shape[1] + 1)
+    Xa = np.hstack([X, np.ones((len(X), 1))])
+    for lo in range(0, len(X), batch):
+        B, t = Xa[lo:lo + batch], y[lo:lo + batch]
+        w = w - lr * (B.T @ (B @ w - t)) / len(t)
+    return w
+
+
+# -- the sharded parameter server ----------------------------------------------------------
+def test_shards_are_contiguous_and_cover_the_vector():
+    for size in (0, 1, 7, 20, 101):
+        for m in (1, 2, 3, 8):
+            b = shard_bounds(size, m)
+            assert len(b) == m and b[0][0] == 0 and b[-1][1] == size
+            assert all(b[j][1] == b[j + 1][0] for j in range(m - 1))
+            assert max(hi - lo for lo, hi in b) - min(hi - lo for lo, hi in b) <= 1
+
+
+def test_weighted_average_is_eq_2_of_papers_003():
+    a, b = np.array([1.0, 2.0]), np.array([3.0, 6.0])
+    assert np.allclose(weighted_average([a, b], [1, 3]), (a + 3 * b) / 4)
+    assert np.allclose(weighted_average([a, b], [0, 0]), (a + b) / 2)  # nothing new: the mean
+    assert np.allclose(weighted_average([a, b], [5, 0]), a)  # a spoke with γ = 0 weighs nothing
+
+
+def test_more_than_one_hub_needs_a_fixed_layout():
+    with pytest.raises(RequestError) as e:
+        make_spoke(parse_request(create("Synchronous", hubs=2, learner={"name": "PA"})))
+    assert (e.value.code, e.value.field) == ("unsupported", "learner.parameters")
+    fixed = {"name": "PA", "parameters": {"classes": [0, 1], "n_features": 9}}
+    spoke = make_spoke(parse_request(create("Synchronous", hubs=2, learner=fixed)))
+    LocalNetwork([spoke], [make_hub(parse_request(create("Synchronous", hubs=2, learner=fixed)))
+                           for _ in range(2)])
+    with pytest.raises(RecordRejected):  # a third class would grow the vector: refused
+        spoke.on_train([0.0] * 9, 7)
+    assert spoke.rejected == 1
+
+
+# -- BSP -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("k,m", [(3, 1), (3, 3), (4, 2)])
+def test_bsp_equals_centralized_sgd_with_k_times_the_batch(k, m):
+    """papers/002 §2.2.1: k spokes, batch b, averaging after every mini-batch ≡ one
+    machine with batch k·b (to 1e-9), whatever the number of hubs."""
+    b, rounds = 8, 25
+    X, y = regression(k * b * rounds)
+    net = network(create("Synchronous", hubs=m, batch=b), k, m, shuffle=True, duplicate=0.2, seed=1)
+    stream(net, X, y, every=3)
+    expected = centralized_sgd(X, y, k * b)
+    assert np.max(np.abs(global_model(net) - expected)) < 1e-9
+    for s in net.spokes:
+        assert np.max(np.abs(s.pipeline.learner.get_params() - expected)) < 1e-9
+        assert s.rounds == rounds and not s.in_round
+    assert all(h.rounds == rounds for h in net.hubs)
+    assert not any(net.paused(i) for i in range(k))
+
+
+def test_one_hub_and_three_hubs_give_the_same_model_and_bytes_scale_with_the_shards():
+    X, y = regression(600, seed=3)
+    nets = {}
+    for m in (1, 3):
+        nets[m] = network(create("Synchronous", hubs=m, batch=10, batches=2), 3, m)
+        stream(nets[m], X, y, every=1)
+    assert np.array_equal(global_model(nets[1]), global_model(nets[3]))
+    q1, q3 = query(nets[1]), query(nets[3])
+    assert q1["protocol"]["rounds"] == q3["protocol"]["rounds"] > 0
+    # three shards travel in three messages: the same floats, three envelopes' overhead
+    assert q3["protocol"]["syncMessagesToHubs"] == 3 * q1["protocol"]["syncMessagesToHubs"]
+    assert q3["model"]["shard"] == {"hub": 0, "hubs": 3, "start": 0, "stop": 2, "size": 6}
+
+
+def test_bsp_round_left_open_by_a_spoke_without_records_closes_at_the_query():
+    """The finite-stream edge case: spoke 0 got one mini-batch more than spoke 1 and
+    waits in a round spoke 1 can never reach; its later records wait behind the pause.
+    The Query makes spoke 1 join the round (with γ = its partial batch), nothing is lost."""
+    X, y = regression(40, seed=4)
+    net = network(create("Synchronous", batch=5, batches=2), 2, 1)
+    # spoke 0: records 0..19 (two rounds), spoke 1: records 20..29 (one round, then dry)
+    stream(net, X[:30], y[:30], spoke_of=lambda i: 0 if i < 20 else 1)
+    assert net.paused(0) and not net.paused(1)
+    net.feed(0, lambda: net.spokes[0].on_train(X[30].tolist(), y[30].item()))  # waits
+    net.feed(1, lambda: net.spokes[1].on_train(X[31].tolist(), y[31].item()))  # partial batch
+    net.run()
+    assert net.spokes[0].fitted == 20
+    q = query(net)
+    assert q["fitted"] == 30 + 1  # spoke 1's partial batch fitted; spoke 0 still waits ...
+    assert not net.paused(0)      # ... no more: its round closed, its backlog ran
+    assert net.spokes[0].fitted == 20 and len(net.spokes[0]._X) == 1
+    assert net.spokes[1].fitted == 11
+    assert query(net)["fitted"] == 32
+    assert [s.rounds for s in net.spokes] == [3, 3]  # the second Query was a round too
+
+
+# -- SSP -----------------------------------------------------------------------------------
+def test_ssp_with_staleness_0_is_bsp():
+    X, y = regression(3 * 8 * 20, seed=5)
+    models = {}
+    for name, extra in (("Synchronous", {}), ("SSP", {"staleness": 0})):
+        m = 2 if name == "SSP" else 1
+        net = network(create(name, hubs=m, batch=8, batches=1, **extra), 3, m, shuffle=True, seed=2)
+        stream(net, X, y, every=2)
+        models[name] = global_model(net)
+        if name == "SSP":
+            assert all(s.waited == s.pushes == 20 for s in net.spokes)  # every push waited
+            assert net.hubs[0].max_lead == 0
+    assert np.max(np.abs(models["SSP"] - models["Synchronous"])) < 1e-12
+    assert np.max(np.abs(models["SSP"] - centralized_sgd(X, y, 24))) < 1e-9
+
+
+def test_ssp_with_a_large_staleness_is_tap_of_papers_003():
+    """Nobody ever waits, and the global model follows the asynchronous update of
+    papers/003 §II.C (latest contribution of each spoke replaced, weighted by γ)."""
+    k, b, M = 3, 4, 2
+    X, y = regression(k * b * M * 15, seed=6)
+    net = network(create("SSP", batch=b, batches=M, staleness=10_000), k, 1)
+    stream(net, X, y, every=1)  # FIFO, delivered after each record: a deterministic order
+    assert all(s.waited == 0 and s.wait_ms == 0.0 for s in net.spokes)
+    assert net.hubs[0].held == 0 and not any(net.paused(i) for i in range(k))
+    # the reference: same order, each push answered at once with the weighted average
+    lr = 0.05
+    local = [np.zeros(6) for _ in range(k)]
+    buf: list[list] = [[] for _ in range(k)]
+    batches = [0] * k
+    latest: dict[int, tuple[np.ndarray, int]] = {}
+    for i in range(len(X)):
+        s = i % k
+        buf[s].append(i)
+        if len(buf[s]) < b:
+            continue
+        B = np.hstack([X[buf[s]], np.ones((b, 1))])
+        local[s] = local[s] - lr * (B.T @ (B @ local[s] - y[buf[s]])) / b
+        buf[s], batches[s] = [], batches[s] + 1
+        if batches[s] % M == 0:
+            latest[s] = (local[s].copy(), b * M)
+            local[s] = weighted_average([v for v, _ in latest.values()], [g for _, g in latest.values()])
+    assert np.max(np.abs(global_model(net) - local[(len(X) - 1) % k])) < 1e-12
+    for s in range(k):
+        assert np.max(np.abs(net.spokes[s].pipeline.learner.get_params() - local[s])) < 1e-12
+
+
+@pytest.mark.parametrize("staleness", [1, 3])
+def test_ssp_never_lets_a_spoke_run_more_than_staleness_rounds_ahead(staleness):
+    """Spoke 0 gets 5× the records of the others; deliveries are shuffled and duplicated."""
+    k = 3
+    X, y = regression(2400, seed=7)
+    net = network(create("SSP", hubs=2, batch=4, batches=2, staleness=staleness), k, 2, shuffle=True,
+                  duplicate=0.2, seed=staleness)
+    share = [0] * 5 + [1, 2]
+    worst = [0]
+
+    def check(_):
+        slowest = min(s.clock for s in net.spokes)
+        for s in net.spokes:  # rounds a spoke was let past, against the slowest clock
+            worst[0] = max(worst[0], s.rounds - slowest)
+            assert s.rounds <= slowest + staleness
+
+    stream(net, X, y, every=1, spoke_of=lambda i: share[i % len(share)], after=check)
+    hub_stats = query(net)["protocol"]
+    assert hub_stats["maxLead"] <= staleness and net.hubs[1].max_lead <= staleness
+    assert hub_stats["heldAnswers"] > 0 and net.spokes[0].waited > 0  # the bound did bite
+    assert worst[0] == staleness  # ... and was reached
+    assert sum(s.fitted for s in net.spokes) + sum(len(s._X) for s in net.spokes) + \
+        sum(len(q) for q in net._backlog) == len(X)
+
+
+# -- EASGD and the adaptive period -----------------------------------------------------------
+def elastic_reference(X, y, k: int, b: int, M: int, rate: float, lr: float = 0.05):
+    """Asynchronous EASGD with every exchange answered before the next record."""
+    local = [np.zeros(X.shape[1] + 1) for _ in range(k)]
+    centre = np.zeros(X.shape[1] + 1)
+    buf: list[list] = [[] for _ in range(k)]
+    batches = [0] * k
+    for i in range(len(X)):
+        s = i % k
+        buf[s].append(i)
+        if len(buf[s]) < b:
+            continue
+        B = np.hstack([X[buf[s]], np.ones((b, 1))])
+        local[s] = local[s] - lr * (B.T @ (B @ local[s] - y[buf[s]])) / b
+        buf[s], batches[s] = [], batches[s] + 1
+        if batches[s] % M == 0:
+            step = rate * (local[s] - centre)
+            centre, local[s] = centre + step, local[s] - step
+    return local, centre
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_easgd_applies_the_elastic_force_to_both_sides(m):
+    k, b, M = 3, 4, 2
+    X, y = regression(k * b * M * 12, seed=8)
+    net = network(create("EASGD", hubs=m, batch=b, batches=M, alpha=0.3, rho=0.5), k, m)
+    stream(net, X, y, every=1)
+    local, centre = elastic_reference(X, y, k, b, M, 0.15)
+    assert np.max(np.abs(global_model(net) - centre)) < 1e-12
+    for s in range(k):
+        assert np.max(np.abs(net.spokes[s].pipeline.learner.get_params() - local[s])) < 1e-12
+    assert query(net)["protocol"]["rounds"] == 12 * k  # every exchange reaches every hub
+
+
+def test_easgd_rejects_an_overshooting_step():
+    with pytest.raises(RequestError) as e:
+        make_spoke(parse_request(create("EASGD", alpha=0.9, rho=2.0)))
+    assert e.value.field == "trainingConfiguration.rho"
+
+
+def test_adaptive_exchanges_when_the_accumulated_loss_reaches_the_threshold():
+    X, y = regression(3000, seed=9)
+    net = network(create("Adaptive", batch=10, lossThreshold=20.0), 2, 1)
+    marks: list[tuple[float, int]] = []
+    for s in net.spokes:
+        original = s.on_exchange
+
+        def spy(s=s, original=original):
+            marks.append((s.accumulated_loss(), s.fitted))
+            original()
+        s.on_exchange = spy
+    stream(net, X, y, every=1)
+    assert len(marks) > 5 and all(acc >= 20.0 for acc, _ in marks)
+    periods = net.spokes[0].periods
+    assert periods[0] < periods[-1]  # the loss dropped, the period grew (papers/004 §3.5)
+    assert sum(s.pushes for s in net.spokes) == len(marks) == net.hubs[0].rounds
+
+
+# -- FDA -----------------------------------------------------------------------------------
+def model_variance(net: LocalNetwork) -> float:
+    """The true model variance of eq. 4.1 (papers/002 ch. 4), computed exactly."""
+    W = np.stack([s.pipeline.learner.get_params() for s in net.spokes])
+    return float(np.mean(np.sum((W - W.mean(axis=0)) ** 2, axis=1)))
+
+
+@pytest.mark.parametrize("variant", ["naive", "linear"])
+def test_fda_never_lets_the_model_variance_exceed_theta(variant):
+    """An exact simulation (every message delivered before the next record): whenever
+    the monitoring is quiescent, and at every coordinator check that lets the round go
+    on, the true variance is ≤ Θ; rounds end only when F(S) > Θ may hold."""
+    k, theta = 4, 0.05
+    X, y = regression(4000, seed=11)
+    net = network(create("FDA", batch=4, threshold=theta, variant=variant), k, 1)
+    hub = net.hubs[0]
+    at_checks: list[tuple[str, float, float]] = []
+    decide = hub._decide
+
+    def spy():
+        variance = model_variance(net)  # spokes are paused on the poll: frozen models
+        out = decide()
+        at_checks.append((out["action"], hub.decisions[-1][2], variance))
+        return out
+    hub._decide = spy
+    seen = []
+
+    def after(_):
+        if not any(net.paused(i) for i in range(k)):
+            seen.append(model_variance(net))
+
+    stream(net, X, y, every=1, after=after)
+    assert len(seen) == len(X) and max(seen) <= theta
+    conts = [(f, v) for a, f, v in at_checks if a == "continue"]
+    assert conts and all(v <= f <= theta for f, v in conts)  # F(S) bounds the variance
+    assert all(f > (1 - 0.01) * theta for a, f, _ in at_checks if a == "sync")
+    rounds = hub.rounds
+    assert 2 <= rounds < len(X) // (k * 4) // 5  # BSP would average after every batch
+    assert sum(s.increments for s in net.spokes) < 3 * len(X) // (k * 4)
+
+
+def test_fda_linear_and_sketch_end_fewer_rounds_than_naive_and_sketch_is_probably_safe():
+    k, theta = 4, 0.05
+    X, y = regression(4000, seed=11)
+    rounds, worst = {}, {}
+    for variant in ("naive", "linear", "sketch"):
+        net = network(create("FDA", batch=4, threshold=theta, variant=variant, precision=0.25), k, 1)
+        seen = []
+        stream(net, X, y, every=1,
+               after=lambda _: seen.append(model_variance(net))
+               if not any(net.paused(i) for i in range(k)) else None)
+        rounds[variant], worst[variant] = net.hubs[0].rounds, max(seen)
+    assert rounds["linear"] < rounds["naive"] and rounds["sketch"] < rounds["naive"]
+    assert worst["sketch"] <= theta  # holds with probability 1 − δ per check; seen on this stream
+
+
+def test_fda_on_three_hubs_is_fda_on_one():
+    X, y = regression(2000, seed=12)
+    models = []
+    for m in (1, 3):
+        net = network(create("FDA", hubs=m, batch=4, threshold=0.05, variant="linear"), 4, m)
+        stream(net, X, y, every=1)
+        models.append(global_model(net))
+        assert net.hubs[0].rounds > 1
+    assert np.array_equal(models[0], models[1])
+
+
+# -- EVENFLOW ------------------------------------------------------------------------------
+@pytest.mark.parametrize("variant,function,threshold", [("basic", "l2", 0.05), ("basic", "kl", 0.001),
+                                                        ("fast", "l2", 0.05)])
+def test_evenflow_keeps_f_of_the_average_below_t_until_someone_asks(variant, function, threshold):
+    """While no spoke has asked for a synchronization in the current round, the model
+    the hubs would compute now (eq. 5) satisfies f ≤ T (§III.A, the convex-hull argument)."""
+    from learning.protocols.evenflow import kl_divergence
+
+    k = 4
+    X, y = regression(4000, seed=13)
+    net = network(create("EVENFLOW", batch=4, threshold=threshold, variant=variant,
+                         monitoredFunction=function, coefficients=6), k, 1)
+    values = []
+
+    def after(_):
+        spokes = net.spokes
+        if any(s.requested or s.in_sync for s in spokes):
+            return
+        w_t = spokes[0].in_current(spokes[0]._base)
+        W = [s.pipeline.learner.get_params() for s in spokes]
+        w = weighted_average(W, [s.records_since_sync for s in spokes])
+        values.append(float((w - w_t) @ (w - w_t)) if function == "l2" else kl_divergence(w_t, w))
+
+    stream(net, X, y, every=1, after=after)
+    assert values and max(values) <= threshold
+    assert 2 <= net.hubs[0].rounds < len(X) // (k * 4) // 5
+
+
+def test_fast_evenflow_radius_error_stays_within_lemma_1():
+    X, y = regression(3000, seed=14)
+    net = network(create("EVENFLOW", batch=4, threshold=0.2, variant="fast", coefficients=2), 3, 1)
+    stream(net, X, y, every=1)
+    stats = [s.protocol_statistics() for s in net.spokes]
+    assert all(st["lemma1Checks"] > 100 and st["lemma1Violations"] == 0 for st in stats)
+    assert 0 < max(st["lemma1MaxRatio"] for st in stats) <= 1
+
+
+def test_lemma_1_on_random_and_aligned_updates():
+    """Lemma 1 (papers/003 §III.B) with the factor its proof gives, √(Σ_r ‖u_r‖²), holds
+    for any updates; read with the single largest ‖u_r‖ it fails for aligned updates."""
+    from learning.protocols.evenflow import lemma1_bound, top_dft
+
+    rng = np.random.default_rng(15)
+    for _ in range(300):
+        d, m, n = int(rng.integers(4, 200)), int(rng.integers(1, 20)), int(rng.integers(1, 30))
+        U = rng.normal(size=(n, d)) * rng.exponential(size=(n, 1))
+        if rng.random() < 0.3:
+            U = np.outer(rng.normal(size=n), rng.normal(size=d))  # all updates aligned
+        S = U.sum(axis=0)
+        err = 0.5 * abs(np.linalg.norm(S) - np.linalg.norm(top_dft(S, m)))
+        assert err <= lemma1_bound((U * U).sum(axis=1), m, d) + 1e-12
+    # a spike has a flat spectrum: top-m keeps m/d of its energy
+    d, m, n = 64, 2, 10
+    u = np.zeros(d)
+    u[0] = 1.0
+    S = n * u
+    err = 0.5 * abs(np.linalg.norm(S) - np.linalg.norm(top_dft(S, m)))
+    assert err <= lemma1_bound([1.0] * n, m, d)
+    assert err > 0.5 * np.sqrt(n * (1 - m / d)) * 1.0  # the per-update-maximum reading fails
+
+
+# -- every protocol through the Query API ------------------------------------------------------
+RUNS = [("Synchronous", {}), ("SSP", {"staleness": 1}), ("EASGD", {}), ("Adaptive", {"lossThreshold": 5.0}),
+        ("FDA", {"variant": "naive", "threshold": 0.02}), ("FDA", {"variant": "sketch", "threshold": 0.02}),
+        ("EVENFLOW", {"variant": "basic", "monitoredFunction": "kl", "threshold": 0.01}),
+        ("EVENFLOW", {"variant": "fast", "threshold": 0.02, "coefficients": 4})]
+
+
+@pytest.mark.parametrize("m", [1, 2])
+@pytest.mark.parametrize("protocol,extra", RUNS, ids=[f"{p}-{e.get('variant', '')}" for p, e in RUNS])
+def test_protocol_on_shuttle_answers_a_valid_query(protocol, extra, m):
+    """PA on 4,000 Shuttle records, 3 spokes; m = 1 lets the label set grow, m = 2 fixes it.
+    The Query response follows the response schema and carries the accounting."""
+    import json
+
+    import jsonschema
+
+    from learning.datasets import shuttle
+
+    X, y = shuttle()
+    X, y = X[:4000], y[:4000]
+    learner = {"name": "PA", "parameters": {"classes": [0, 1], "n_features": 9} if m > 1 else {}}
+    net = network(create(protocol, learner=learner, hubs=m, batch=16, batches=2,
+                         pre=[{"name": "StandardScaler"}], **extra), 3, m, shuffle=True, seed=m)
+    stream(net, X, y, every=7)
+    q = query(net)
+    from learning.requests import SCHEMA_PATH
+
+    schema = json.loads(SCHEMA_PATH.with_name("response.schema.json").read_text())
+    jsonschema.validate(q, schema)
+    assert q["fitted"] == 4000 and q["prequentialAccuracy"] > 0.95
+    proto = q["protocol"]
+    assert proto["rounds"] > 0 and proto["syncBytesToHubs"] > 0 and proto["syncBytesToSpokes"] > 0
+    assert proto["syncMessagesToHubs"] <= proto["messagesToHubs"]
+    assert all(s["syncFailures"] == 0 for s in q["spokes"])
+    assert not any(net.paused(i) for i in range(3))
+    if m == 1:
+        assert q["model"]["layout"]["classes"] == [0, 1] and q["model"]["size"] == 20
+    else:
+        assert q["model"]["shard"] == {"hub": 0, "hubs": 2, "start": 0, "stop": 10, "size": 20}
+
+
+def test_every_protocol_of_the_issue_is_registered_under_its_names():
+    for name in ("Asynchronous", "Synchronous", "SSP", "StaleSynchronous", "EASGD", "ElasticAveraging",
+                 "FDA", "FunctionalDynamicAveraging", "EVENFLOW", "EvenFlow", "Adaptive"):
+        assert name in PROTOCOLS
+    for name, extra, field in (("FDA", {}, "threshold"), ("FDA", {"threshold": 1, "variant": "fast"}, "variant"),
+                               ("EVENFLOW", {"threshold": 1, "monitoredFunction": "cos"}, None),
+                               ("SSP", {"staleness": -1}, None)):
+        with pytest.raises(RequestError) as e:
+            make_spoke(parse_request(create(name, **extra)))
+        assert e.value.field.startswith("trainingConfiguration")
+        if field:
+            assert e.value.field == f"trainingConfiguration.{field}"
