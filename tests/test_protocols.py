@@ -286,6 +286,36 @@ def test_ssp_with_a_large_staleness_is_tap_of_papers_003():
         assert np.max(np.abs(net.spokes[s].pipeline.learner.get_params() - local[s])) < 1e-12
 
 
+@pytest.mark.parametrize("m", [1, 3])
+def test_asynchronous_is_tap_with_the_compensation_of_papers_003(m):
+    """Asynchronous = the §II.C update on a sharded server: same model as the reference
+    above for one hub and three, and no spoke ever waits."""
+    k, b, M = 3, 4, 2
+    X, y = regression(k * b * M * 15, seed=6)
+    net = network(create("Asynchronous", hubs=m, batch=b, batches=M), k, m)
+    stream(net, X, y, every=1)
+    assert all(s.wait_ms == 0.0 for s in net.spokes) and not any(net.paused(i) for i in range(k))
+    lr = 0.05
+    local = [np.zeros(6) for _ in range(k)]
+    buf: list[list] = [[] for _ in range(k)]
+    batches = [0] * k
+    latest: dict[int, tuple[np.ndarray, int]] = {}
+    for i in range(len(X)):
+        s = i % k
+        buf[s].append(i)
+        if len(buf[s]) < b:
+            continue
+        B = np.hstack([X[buf[s]], np.ones((b, 1))])
+        local[s] = local[s] - lr * (B.T @ (B @ local[s] - y[buf[s]])) / b
+        buf[s], batches[s] = [], batches[s] + 1
+        if batches[s] % M == 0:
+            latest[s] = (local[s].copy(), b * M)
+            local[s] = weighted_average([v for v, _ in latest.values()], [g for _, g in latest.values()])
+    for s in range(k):
+        assert np.max(np.abs(net.spokes[s].pipeline.learner.get_params() - local[s])) < 1e-12
+    assert sum(sp.globals_received for sp in net.spokes) == sum(sp.pushes for sp in net.spokes)
+
+
 @pytest.mark.parametrize("staleness", [1, 3])
 def test_ssp_never_lets_a_spoke_run_more_than_staleness_rounds_ahead(staleness):
     """Spoke 0 gets 5× the records of the others; deliveries are shuffled and duplicated."""
