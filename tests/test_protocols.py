@@ -255,17 +255,10 @@ def test_ssp_with_staleness_0_is_bsp():
     assert np.max(np.abs(models["SSP"] - centralized_sgd(X, y, 24))) < 1e-9
 
 
-def test_ssp_with_a_large_staleness_is_tap_of_papers_003():
-    """Nobody ever waits, and the global model follows the asynchronous update of
-    papers/003 §II.C (latest contribution of each spoke replaced, weighted by γ)."""
-    k, b, M = 3, 4, 2
-    X, y = regression(k * b * M * 15, seed=6)
-    net = network(create("SSP", batch=b, batches=M, staleness=10_000), k, 1)
-    stream(net, X, y, every=1)  # FIFO, delivered after each record: a deterministic order
-    assert all(s.waited == 0 and s.wait_ms == 0.0 for s in net.spokes)
-    assert net.hubs[0].held == 0 and not any(net.paused(i) for i in range(k))
-    # the reference: same order, each push answered at once with the weighted average
-    lr = 0.05
+def tap_reference(X, y, k: int, b: int, M: int, lr: float = 0.05) -> list[np.ndarray]:
+    """Every spoke's model after papers/003 §II.C asynchronous training, computed directly:
+    records round-robin, SGD per mini-batch of ``b``, a push every ``M`` mini-batches
+    answered at once with the γ-weighted average of every spoke's latest model."""
     local = [np.zeros(6) for _ in range(k)]
     buf: list[list] = [[] for _ in range(k)]
     batches = [0] * k
@@ -281,6 +274,20 @@ def test_ssp_with_a_large_staleness_is_tap_of_papers_003():
         if batches[s] % M == 0:
             latest[s] = (local[s].copy(), b * M)
             local[s] = weighted_average([v for v, _ in latest.values()], [g for _, g in latest.values()])
+    return local
+
+
+def test_ssp_with_a_large_staleness_is_tap_of_papers_003():
+    """Nobody ever waits, and the global model follows the asynchronous update of
+    papers/003 §II.C (latest contribution of each spoke replaced, weighted by γ)."""
+    k, b, M = 3, 4, 2
+    X, y = regression(k * b * M * 15, seed=6)
+    net = network(create("SSP", batch=b, batches=M, staleness=10_000), k, 1)
+    stream(net, X, y, every=1)  # FIFO, delivered after each record: a deterministic order
+    assert all(s.waited == 0 and s.wait_ms == 0.0 for s in net.spokes)
+    assert net.hubs[0].held == 0 and not any(net.paused(i) for i in range(k))
+    # the reference: same order, each push answered at once with the weighted average
+    local = tap_reference(X, y, k, b, M)
     assert np.max(np.abs(global_model(net) - local[(len(X) - 1) % k])) < 1e-12
     for s in range(k):
         assert np.max(np.abs(net.spokes[s].pipeline.learner.get_params() - local[s])) < 1e-12
@@ -295,22 +302,7 @@ def test_asynchronous_is_tap_with_the_compensation_of_papers_003(m):
     net = network(create("Asynchronous", hubs=m, batch=b, batches=M), k, m)
     stream(net, X, y, every=1)
     assert all(s.wait_ms == 0.0 for s in net.spokes) and not any(net.paused(i) for i in range(k))
-    lr = 0.05
-    local = [np.zeros(6) for _ in range(k)]
-    buf: list[list] = [[] for _ in range(k)]
-    batches = [0] * k
-    latest: dict[int, tuple[np.ndarray, int]] = {}
-    for i in range(len(X)):
-        s = i % k
-        buf[s].append(i)
-        if len(buf[s]) < b:
-            continue
-        B = np.hstack([X[buf[s]], np.ones((b, 1))])
-        local[s] = local[s] - lr * (B.T @ (B @ local[s] - y[buf[s]])) / b
-        buf[s], batches[s] = [], batches[s] + 1
-        if batches[s] % M == 0:
-            latest[s] = (local[s].copy(), b * M)
-            local[s] = weighted_average([v for v, _ in latest.values()], [g for _, g in latest.values()])
+    local = tap_reference(X, y, k, b, M)
     for s in range(k):
         assert np.max(np.abs(net.spokes[s].pipeline.learner.get_params() - local[s])) < 1e-12
     assert sum(sp.globals_received for sp in net.spokes) == sum(sp.pushes for sp in net.spokes)
