@@ -93,6 +93,7 @@ class HubFunction(KeyedProcessFunction):
         self.copies: dict[tuple[int, int, str], set] = {}
         self.out: list[tuple[Any, Any]] = []
         self.dropped = 0
+        self.handler_errors = 0
         self.logged: dict[tuple[int, int], float] = {}
 
     def emit(self, value: dict) -> None:
@@ -120,7 +121,12 @@ class HubFunction(KeyedProcessFunction):
         if node is None:
             self.dropped += 1  # a pipeline deleted while its messages were in flight
             return
-        node.deliver(data)
+        try:
+            node.deliver(data)
+        except Exception:  # a protocol's handler failed: keep the job and the other pipelines
+            self.handler_errors += 1
+            log.exception("hub %d: handling a message of pipeline %d failed", hub, network)
+            return
         self._save(hub, network, node)
         self._log_progress(hub, network, node)
 
@@ -174,6 +180,8 @@ class HubFunction(KeyedProcessFunction):
                     self._save(hub, pid, self._attach(hub, req))
                 elif op == "update":
                     node = self.nodes.get((hub, pid)) or self._restore(hub, pid)
+                    if node is None:  # spokes accepted it, so this should not happen
+                        raise RequestError("not_found", f"hub {hub} has no pipeline {pid}", "id")
                     node.update(req)
                     self._save(hub, pid, node)
                 elif op == "delete":

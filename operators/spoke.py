@@ -165,6 +165,7 @@ class SpokeFunction(CoProcessFunction):
         self.requests_accepted = 0
         self.requests_rejected = 0
         self.controls = 0
+        self.handler_errors = 0
 
     # -- outputs -------------------------------------------------------------------------
     def emit(self, stream: str, value: dict) -> None:
@@ -251,6 +252,10 @@ class SpokeFunction(CoProcessFunction):
             self.bad_messages += 1
             if self.index == 0:
                 self._reject(RequestError("invalid_message", f"not a valid message: {exc}"))
+        except Exception:  # a protocol's handler failed: keep the job (and other pipelines)
+            self.handler_errors += 1
+            log.exception("spoke %d: handling a message of pipeline %s failed", self.index,
+                          data[2:6].hex())
 
     def _reject(self, err: RequestError, req=None) -> None:
         self.requests_rejected += 1
@@ -275,6 +280,7 @@ class SpokeFunction(CoProcessFunction):
         """This spoke's service counters (summed over spokes in a Query response)."""
         return {"pipelines": len(self.nodes), "requestsAccepted": self.requests_accepted,
                 "requestsRejected": self.requests_rejected, "badMessages": self.bad_messages,
+                "handlerErrors": self.handler_errors,
                 "recordsWithoutPipeline": self.records_without_pipeline}
 
     def _create(self, req) -> None:
