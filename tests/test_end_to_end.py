@@ -26,8 +26,16 @@ def shuttle_run(broker):
         held, n_train, n_fore = s.stream(X, y)
         final = s.wait_until_counted(0, n_train, n_fore, timeout=240)
         preds = s.predictions_of(0)
+        # a Query fits the last partial mini-batch, which may push: wait until that last
+        # answer has landed, so the spokes' counts and the topic describe the same moment
         feedback = TopicReader(broker.bootstrap_servers, cfg.topics.ps_messages, json=False)
-        envelopes = [codec.decode(b) for b in feedback.drain(idle_ms=1000)]
+        envelopes = []
+        for _ in range(40):
+            envelopes += [codec.decode(b) for b in feedback.drain(idle_ms=500)]
+            final = s.query(0)
+            if all(sp["messagesReceived"] == sum(e.dst_index == sp["spoke"] for e in envelopes)
+                   for sp in final["spokes"]):
+                break
         feedback.close()
         yield {"created": created, "final": final, "held": held, "n_train": n_train,
                "n_fore": n_fore, "preds": preds, "prediction_records": s.prediction_records,
