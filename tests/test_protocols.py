@@ -255,6 +255,12 @@ def test_ssp_with_staleness_0_is_bsp():
     assert np.max(np.abs(models["SSP"] - centralized_sgd(X, y, 24))) < 1e-9
 
 
+def sgd_step(w: np.ndarray, X, y, lr: float) -> np.ndarray:
+    """One least-squares SGD step on a mini-batch, intercept last."""
+    B = np.hstack([X, np.ones((len(X), 1))])
+    return w - lr * (B.T @ (B @ w - y)) / len(X)
+
+
 def tap_reference(X, y, k: int, b: int, M: int, lr: float = 0.05) -> list[np.ndarray]:
     """Every spoke's model after papers/003 §II.C asynchronous training, computed directly:
     records round-robin, SGD per mini-batch of ``b``, a push every ``M`` mini-batches
@@ -268,8 +274,7 @@ def tap_reference(X, y, k: int, b: int, M: int, lr: float = 0.05) -> list[np.nda
         buf[s].append(i)
         if len(buf[s]) < b:
             continue
-        B = np.hstack([X[buf[s]], np.ones((b, 1))])
-        local[s] = local[s] - lr * (B.T @ (B @ local[s] - y[buf[s]])) / b
+        local[s] = sgd_step(local[s], X[buf[s]], y[buf[s]], lr)
         buf[s], batches[s] = [], batches[s] + 1
         if batches[s] % M == 0:
             latest[s] = (local[s].copy(), b * M)
@@ -345,8 +350,7 @@ def elastic_reference(X, y, k: int, b: int, M: int, rate: float, lr: float = 0.0
         buf[s].append(i)
         if len(buf[s]) < b:
             continue
-        B = np.hstack([X[buf[s]], np.ones((b, 1))])
-        local[s] = local[s] - lr * (B.T @ (B @ local[s] - y[buf[s]])) / b
+        local[s] = sgd_step(local[s], X[buf[s]], y[buf[s]], lr)
         buf[s], batches[s] = [], batches[s] + 1
         if batches[s] % M == 0:
             step = rate * (local[s] - centre)

@@ -21,7 +21,7 @@ import numpy as np
 
 from learning.errors import HyperparameterError, ParameterError
 from learning.learners.base import Learner, as_matrix
-from learning.learners.linear import check_n_features, load_matrix
+from learning.learners.linear import check_n_features, grow_n_features, load_matrix
 
 __all__ = ["KMeans"]
 
@@ -359,13 +359,7 @@ class KMeans(Learner):
         if layout.get("n_clusters", self.n_clusters) != self.n_clusters:
             raise ValueError(f"layout has n_clusters={layout.get('n_clusters')}, the model "
                              f"has {self.n_clusters}")
-        d = layout.get("n_features")
-        if d is None:
-            return
-        if self.n_features is None:
-            self._set_n_features(check_n_features(d))
-        elif d != self.n_features:
-            raise ValueError(f"layout has n_features={d}, the model has {self.n_features}")
+        grow_n_features(self, layout)
 
     def project(self, w: np.ndarray, layout: dict) -> np.ndarray:
         """``w`` in this layout (after :meth:`grow`); the empty vector of a model that

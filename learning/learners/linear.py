@@ -18,7 +18,7 @@ from learning.errors import ParameterError
 from learning.learners.base import Learner, as_labels, as_matrix, as_test_matrix
 from learning.learners.labels import LabelIndex
 
-__all__ = ["LinearClassifier", "check_n_features", "load_matrix"]
+__all__ = ["LinearClassifier", "check_n_features", "grow_n_features", "load_matrix"]
 
 
 def check_n_features(d: Any, name: str = "n_features") -> int:
@@ -32,6 +32,24 @@ def check_n_features(d: Any, name: str = "n_features") -> int:
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
         raise ParameterError(name, f"{name} must be an integer >= 1, got {d!r}")
     return int(d)
+
+
+def grow_n_features(learner: Any, layout: dict) -> None:
+    """Adopt ``layout["n_features"]`` when ``learner`` does not know its width yet
+    (``learner._set_n_features(d)``); nothing when the layout names none.
+
+    Raises
+    ------
+    ValueError
+        If ``layout`` names another ``n_features`` than the learner's.
+    """
+    d = layout.get("n_features")
+    if d is None:
+        return
+    if learner.n_features is None:
+        learner._set_n_features(check_n_features(d))
+    elif d != learner.n_features:
+        raise ValueError(f"layout has n_features={d}, the model has {learner.n_features}")
 
 
 def load_matrix(parameters: dict, name: str, shape: tuple, hint: str = "") -> np.ndarray | None:
@@ -263,12 +281,7 @@ class LinearClassifier(Learner, abc.ABC):
         ValueError
             If ``layout`` names another ``n_features`` or holds a non-JSON-scalar label.
         """
-        d = layout.get("n_features")
-        if d is not None:
-            if self.n_features is None:
-                self._set_n_features(check_n_features(d))
-            elif d != self.n_features:
-                raise ValueError(f"layout has n_features={d}, the model has {self.n_features}")
+        grow_n_features(self, layout)
         self._add_labels(as_labels(layout.get("classes") or []))
 
     def project(self, w: np.ndarray, layout: dict) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 
 from learning.errors import ParameterError
 from learning.learners.base import Learner, as_matrix, as_test_matrix
-from learning.learners.linear import check_n_features, load_matrix
+from learning.learners.linear import check_n_features, grow_n_features, load_matrix
 
 __all__ = ["Regressor", "LinearRegressor", "as_targets"]
 
@@ -221,13 +221,7 @@ class LinearRegressor(Regressor, abc.ABC):
         ValueError
             If ``layout`` names another ``n_features``.
         """
-        d = layout.get("n_features")
-        if d is None:
-            return
-        if self.n_features is None:
-            self._set_n_features(check_n_features(d))
-        elif d != self.n_features:
-            raise ValueError(f"layout has n_features={d}, the model has {self.n_features}")
+        grow_n_features(self, layout)
 
     def project(self, w: np.ndarray, layout: dict) -> np.ndarray:
         """``w`` in this layout (after :meth:`grow`); a vector of a model that never knew
