@@ -148,6 +148,33 @@ class Session:
         self.producer.flush()
         return held, n_train, n_fore
 
+    def keep_pace(self, pipeline: int, *, lag: int = 2000, timeout: float = 120.0
+                  ) -> Callable[[int], None]:
+        """A ``between`` callback for :meth:`stream` that holds the producer back until
+        the pipeline has fitted or predicted all but ``lag`` records of those written,
+        the way a live source feeds a job that keeps up with it. Without it, a backlog
+        lets ``forecasting`` (a fifth of the records) be read far ahead of ``training``,
+        so held-out predictions come from a model that has seen much less of the stream.
+
+        Raises
+        ------
+        TimeoutError
+            When the pipeline does not catch up within ``timeout`` seconds.
+        """
+        def between(sent: int) -> None:
+            deadline = time.monotonic() + timeout
+            self.producer.flush()
+            while True:
+                q = self.query(pipeline, timeout=timeout)
+                done = q.get("fitted", 0) + q.get("predicted", 0)
+                if done >= sent - lag:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"pipeline {pipeline}: {done} of {sent} records "
+                                       f"handled after {timeout} s")
+                time.sleep(0.1)
+        return between
+
     def wait_until_counted(self, pipeline: int, n_train: int, n_forecast: int, *,
                            timeout: float = 300.0, every: float = 0.5,
                            on_query: Callable[[dict], None] | None = None) -> dict:
