@@ -16,6 +16,7 @@ setup(
         "kafka-python==3.0.12",  # driver-side producers/readers and topic creation (demo, CLI, tests)
         "numpy==2.1.3",  # numerics of learners and raw array payloads; <2.2 is forced by apache-beam under pyflink
         "orjson==3.13.0",  # fast JSON for records, requests and envelope metadata
+        "cloudpickle==2.2.1",  # kernels (with promise callbacks) into Flink keyed state; the version pyflink brings
         "torch==2.13.0",  # neural-network learners (the CPU build on disk)
         "river==0.23.0",  # real datasets and the reference learners the tests compare against; 0.23 is the last that fits numpy<2.2
         "scikit-learn==1.9.1",  # bundled real datasets (digits) for multi-class tests and examples

@@ -75,7 +75,14 @@ class JobConfig:
         Query responses carry the global model's parameters up to this many; above it a
         summary with ``truncated: true``.
     checkpoint_interval_ms : int
-        0 disables checkpointing (the default for the local demo).
+        Checkpoint interval (milliseconds, exactly-once barriers); 0 disables
+        checkpointing. On by default (10 s); :func:`flink_jobs.session.local_config`
+        turns it off for the local thread-mode demo and tests unless asked.
+    checkpoint_dir : str
+        ``execution.checkpointing.dir`` (``file://``, ``s3://``, ``hdfs://`` ...); empty:
+        the cluster's setting (a MiniCluster keeps checkpoints in memory).
+    flink_options : tuple[tuple[str, str], ...]
+        Further Flink configuration keys set on the job (e.g. metrics reporters).
     jars : tuple[str, ...]
         ``file://`` URLs of the Kafka connector jars.
     connection : KafkaConnection
@@ -103,11 +110,20 @@ class JobConfig:
     max_pipelines: int = 64
     max_model_params: int = 10_000_000
     max_response_params: int = 10_000
-    checkpoint_interval_ms: int = 0
+    checkpoint_interval_ms: int = 10_000
+    checkpoint_dir: str = ""
+    flink_options: tuple[tuple[str, str], ...] = ()
     topics: Topics = field(default_factory=Topics)
     jars: tuple[str, ...] = ()
     protocol_modules: tuple[str, ...] = ()
     connection: KafkaConnection = field(default_factory=KafkaConnection)
+
+    @property
+    def persist_state(self) -> bool:
+        """Whether spokes and hubs hand their kernels to keyed state after every element:
+        always in process mode (a write-cache reference, serialized per bundle), and in
+        thread mode only with checkpointing on (there each update serializes)."""
+        return self.execution_mode == "process" or self.checkpoint_interval_ms > 0
 
     def limits(self) -> dict:
         """The service limits the operators enforce."""

@@ -1,16 +1,19 @@
 """Building the omldm Flink job (papers/002 Fig. 3.4)::
 
-    training ┐ SQL Kafka source, topic-tagged ─ rebalance ┐
-    forecasting┘                                         ├─ connect ─ spokes (CoProcess) ─ predictions
-    requests ─ Kafka source ─ broadcast ────────┐        │              │ side: to hubs, responses,
-    psMessages ─ Kafka source ─ by destination ─┴─ union ┘              │       dead letters
-                                                                        └ key_by hub id ─ hubs (KeyedProcess)
+    training ┐ SQL Kafka source: topic tag + spoke key ─ key by spoke ┐
+    forecasting┘                                                     ├─ connect ─ spokes (KeyedCoProcess) ─ predictions
+    requests ─ Kafka source ─ one copy per spoke key ─┐              │              │ side: to hubs, responses,
+    psMessages ─ Kafka source ─ destination's key ────┴─ key by spoke┘              │       dead letters
+                                                                                    └ key_by hub id ─ hubs (KeyedProcess)
     hubs ─ psMessages (the feedback loop, read back above); hubs ─ responses
 
-Records cross from the JVM into Python once, at the spokes; the topic tag comes from the
-Kafka connector's ``topic`` metadata column in SQL, so no Python operator runs before the
-spokes. Routing to spokes is Java (``rebalance``/``broadcast``); only the low-volume
-message paths use Python partitioning.
+Records cross from the JVM into Python once, at the spokes: SQL tags each record with the
+topic it came from (the Kafka connector's ``topic`` metadata column) and draws its spoke's
+key (``RAND_INTEGER``), and the stream is keyed by that column in Java (PyFlink's own
+``KeyByKeySelector``, without the Python key-adding operator ``key_by`` would put in front).
+Spokes are keyed so that their whole state lives in Flink keyed state and survives
+failures (checkpoints) and upgrades (savepoints). Only the low-volume message paths run
+Python before the spokes.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ import site
 import sys
 import uuid
 
-from pyflink.common import Configuration, Types, WatermarkStrategy
+from pyflink.common import Configuration, Row, Types, WatermarkStrategy
 from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
-from pyflink.datastream import OutputTag, StreamExecutionEnvironment
+from pyflink.datastream import DataStream, KeyedStream, OutputTag, StreamExecutionEnvironment
 from pyflink.datastream.connectors.base import DeliveryGuarantee
 from pyflink.datastream.connectors.kafka import (KafkaOffsetsInitializer, KafkaRecordSerializationSchema,
                                                  KafkaSink, KafkaSource)
+from pyflink.java_gateway import get_gateway
 from pyflink.table import StreamTableEnvironment
 
 from flink_jobs.config import JobConfig
@@ -52,6 +56,11 @@ def create_environment(cfg: JobConfig) -> StreamExecutionEnvironment:
         conf.set_string("pipeline.jars", ";".join(cfg.jars))
     if cfg.checkpoint_interval_ms:
         conf.set_string("execution.checkpointing.interval", f"{cfg.checkpoint_interval_ms}ms")
+        conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
+        if cfg.checkpoint_dir:
+            conf.set_string("execution.checkpointing.dir", cfg.checkpoint_dir)
+    for key, value in cfg.flink_options:
+        conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_python_executable(sys.executable)
     env.set_parallelism(cfg.spokes)
@@ -86,15 +95,33 @@ def _kafka_sink(cfg: JobConfig, topic: str, schema) -> KafkaSink:
     return builder.build()
 
 
-def _destination(data: bytes) -> int:
-    try:
-        return codec.peek(bytes(data))[4]
-    except Exception:  # malformed: let spoke 0 count and drop it
-        return 0
+def _keyed(ds: DataStream, value_type) -> KeyedStream:
+    """Key a stream of ``Row(key: INT, value)`` by its first field in Java, as PyFlink's
+    ``key_by(..., key_type=Types.INT())`` does after its Python key-adding step (so keys
+    route as :func:`operators.routing.operator_index` says)."""
+    j_keyed = ds._j_data_stream.keyBy(get_gateway().jvm.KeyByKeySelector(),
+                                      Types.ROW([Types.INT()]).get_java_type_info())
+    return KeyedStream(j_keyed, value_type, ds)
 
 
-def _partition(key: int, num_partitions: int) -> int:
-    return key if 0 <= key < num_partitions else 0
+class _ToSpokes:
+    """Requests go to every spoke key; hub→spoke envelopes to their destination's key
+    (malformed bytes to spoke 0, which counts and answers them)."""
+
+    def __init__(self, spoke_keys: list[int]) -> None:
+        self.spoke_keys = spoke_keys
+
+    def __call__(self, data):
+        data = bytes(data)
+        if codec.is_envelope(data):
+            try:
+                dst = codec.peek(data)[4]
+            except Exception:
+                dst = 0
+            yield Row(self.spoke_keys[dst if 0 <= dst < len(self.spoke_keys) else 0], data)
+        else:
+            for key in self.spoke_keys:
+                yield Row(key, data)
 
 
 def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
@@ -117,22 +144,28 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
             'scan.startup.mode' = '{cfg.startup_mode}',
             'value.format' = 'raw'{security}
         )""")
+    spoke_keys = hub_keys(cfg.spokes)  # the key that lands on spoke subtask i, for each i
     tagged = t_env.sql_query(
-        f"SELECT CASE WHEN `topic` = '{t.forecasting}' THEN CONCAT('P', `v`) "
+        f"SELECT ARRAY[{', '.join(map(str, spoke_keys))}][RAND_INTEGER({cfg.spokes}) + 1] AS k, "
+        f"CASE WHEN `topic` = '{t.forecasting}' THEN CONCAT('P', `v`) "
         f"ELSE CONCAT('T', `v`) END AS r FROM {table}")
-    data = t_env.to_data_stream(tagged).rebalance()
-
-    no_wm = WatermarkStrategy.no_watermarks()
-    requests = (env.from_source(_kafka_bytes_source(cfg, t.requests, cfg.max_fetch_bytes), no_wm,
-                                "requests")
-                .set_parallelism(1).broadcast())
-    feedback = (env.from_source(_kafka_bytes_source(cfg, t.ps_messages), no_wm, "psMessages")
-                .set_parallelism(1)
-                .partition_custom(_partition, _destination))
-    messages = requests.union(feedback)
+    data = _keyed(t_env.to_append_stream(tagged, Types.ROW([Types.INT(), Types.STRING()])),
+                  Types.STRING())
 
     bytes_type = Types.PRIMITIVE_ARRAY(Types.BYTE())
-    to_hubs_tag = OutputTag("to-hubs", Types.TUPLE([Types.INT(), bytes_type]))
+    keyed_bytes = Types.ROW([Types.INT(), bytes_type])
+    no_wm = WatermarkStrategy.no_watermarks()
+    to_spokes = _ToSpokes(spoke_keys)
+    requests = env.from_source(_kafka_bytes_source(cfg, t.requests, cfg.max_fetch_bytes), no_wm,
+                               "requests").uid("requests-source").set_parallelism(1)
+    feedback = env.from_source(_kafka_bytes_source(cfg, t.ps_messages), no_wm,
+                               "psMessages").uid("psMessages-source").set_parallelism(1)
+    messages = _keyed(requests.union(feedback)
+                      .flat_map(to_spokes, output_type=keyed_bytes)
+                      .name("to-spokes").uid("to-spokes").set_parallelism(1), bytes_type)
+
+    # fresh type objects: a tag's pickling clears only its own Java type, not nested ones
+    to_hubs_tag = OutputTag("to-hubs", Types.TUPLE([Types.INT(), Types.PRIMITIVE_ARRAY(Types.BYTE())]))
     responses_tag = OutputTag("responses", Types.STRING())
     dead_tag = OutputTag("dead-letters", Types.STRING())
     keys = hub_keys(cfg.hubs)
@@ -140,18 +173,19 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
     spokes = (data.connect(messages)
               .process(SpokeFunction(cfg.spokes, cfg.hubs, keys, to_hubs_tag, responses_tag,
                                      dead_tag, cfg.limits(), cfg.protocol_modules,
-                                     cfg.execution_mode),
+                                     cfg.execution_mode, cfg.persist_state),
                        output_type=Types.STRING())
               .name("spokes").uid("spokes").set_parallelism(cfg.spokes))
     hubs = (spokes.get_side_output(to_hubs_tag)
             .key_by(lambda m: m[0], key_type=Types.INT())
-            .process(HubFunction(cfg.spokes, keys, responses_tag, cfg.limits(), cfg.protocol_modules),
+            .process(HubFunction(cfg.spokes, keys, responses_tag, cfg.limits(), cfg.protocol_modules,
+                                 cfg.persist_state),
                      output_type=bytes_type)
             .name("hubs").uid("hubs").set_parallelism(cfg.hubs))
 
-    spokes.sink_to(_kafka_sink(cfg, t.predictions, SimpleStringSchema())).name("predictions")
-    hubs.sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-out")
+    spokes.sink_to(_kafka_sink(cfg, t.predictions, SimpleStringSchema())).name("predictions").uid("predictions-sink")
+    hubs.sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-out").uid("psMessages-sink")
     (spokes.get_side_output(responses_tag).union(hubs.get_side_output(responses_tag))
-     .sink_to(_kafka_sink(cfg, t.responses, SimpleStringSchema())).name("responses"))
+     .sink_to(_kafka_sink(cfg, t.responses, SimpleStringSchema())).name("responses").uid("responses-sink"))
     spokes.get_side_output(dead_tag).sink_to(
-        _kafka_sink(cfg, t.dead_letters, SimpleStringSchema())).name("deadLetters")
+        _kafka_sink(cfg, t.dead_letters, SimpleStringSchema())).name("deadLetters").uid("deadLetters-sink")

@@ -3,9 +3,11 @@
 the main output (the ``psMessages`` Kafka topic, read back by the spokes), responses to a
 side output.
 
-Keyed state (per hub key) maps pipeline id → JSON of the pipeline definition and the
-global model, written at synchronization points; after a restore the nodes are rebuilt
-from it on their first message.
+Everything a hub holds (its pipelines' hub nodes with the global model shards, protocol
+state, middleware sequence numbers and pending promises, the lifecycle bookkeeping) is one
+plain-Python :class:`HubKernel` per hub key, kept in that key's ``ValueState`` and handed to
+the state after every element (a write-cache reference in process mode, serialized at the
+bundle's end and so at every checkpoint barrier).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import orjson
 from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction
-from pyflink.datastream.state import MapStateDescriptor
+from pyflink.datastream.state import ValueStateDescriptor
 
 from learning.errors import RequestError
 from learning.protocols import make_hub
@@ -25,9 +27,10 @@ from learning.requests import parse_request
 from middleware import HUB, codec
 from middleware.errors import CodecError
 from operators.routing import subtask_index
+from operators.snapshot import Snapshot
 from operators.spoke import DEFAULT_LIMITS, error_response, import_protocols
 
-__all__ = ["HubFunction"]
+__all__ = ["HubFunction", "HubKernel"]
 
 log = logging.getLogger(__name__)
 LOG_EVERY_S = 5.0  # seconds between a pipeline's progress lines in the job's log
@@ -36,7 +39,7 @@ LOG_EVERY_S = 5.0  # seconds between a pipeline's progress lines in the job's lo
 class _HubContext:
     side = HUB
 
-    def __init__(self, op: "HubFunction", network: int, index: int, n_hubs: int) -> None:
+    def __init__(self, op: "HubKernel", network: int, index: int, n_hubs: int) -> None:
         self._op = op
         self.network = network
         self.index = index
@@ -57,59 +60,50 @@ class _HubContext:
         self._op.emit(value)
 
 
-class HubFunction(KeyedProcessFunction):
-    """Hosts the hub nodes of every pipeline for the hub ids keyed to this subtask.
+class HubKernel:
+    """The hub nodes of every pipeline for one hub id, with their bookkeeping: plain
+    Python (picklable, no Flink).
 
     Parameters
     ----------
+    hub : int
+        The hub index (shard) this kernel serves.
     n_spokes : int
-    hub_keys : list[int]
-        ``hub_keys[j]`` is the Flink key of hub j.
-    responses_tag : OutputTag
     limits : dict
-        As for :class:`~operators.spoke.SpokeFunction` (``max_message_bytes``: envelopes
+        As for :class:`~operators.spoke.SpokeKernel` (``max_message_bytes``: envelopes
         above it are fragmented, since psMessages crosses Kafka, whose default message
         limit is 1 MB; ``max_response_params``: larger models are summarized in Query).
-    protocol_modules : tuple[str, ...]
-        Modules registering user protocols, imported in ``open``.
+    subtask : int
+        The hub operator's subtask hosting this kernel (reported in Query).
+
+    Outputs accumulate in :attr:`out` as ``(stream, value)``: ``None`` (hub→spoke
+    envelope bytes, to ``psMessages``) or ``"responses"`` (JSON).
     """
 
-    def __init__(self, n_spokes: int, hub_keys: list[int], responses_tag,
-                 limits: dict | None = None, protocol_modules: tuple[str, ...] = ()) -> None:
+    def __init__(self, hub: int, n_spokes: int, limits: dict | None = None,
+                 subtask: int = 0) -> None:
+        self.hub = hub
         self.n_spokes = n_spokes
-        self.hub_keys = hub_keys
-        self.responses_tag = responses_tag
         self.limits = {**DEFAULT_LIMITS, **(limits or {})}
         self.max_message_bytes = self.limits["max_message_bytes"]
-        self.protocol_modules = protocol_modules
-
-    def open(self, runtime_context) -> None:
-        import_protocols(self.protocol_modules)
-        self.subtask = subtask_index(runtime_context)
-        self.index_of = {k: j for j, k in enumerate(self.hub_keys)}
-        self.state = runtime_context.get_map_state(
-            MapStateDescriptor("pipelines", Types.INT(), Types.PICKLED_BYTE_ARRAY()))
-        self.nodes: dict[tuple[int, int], Any] = {}
-        self.copies: dict[tuple[int, int, str], set] = {}
+        self.subtask = subtask
+        self.nodes: dict[int, Any] = {}
+        self.copies: dict[tuple[int, int], set] = {}
         self.out: list[tuple[Any, Any]] = []
         self.dropped = 0
         self.handler_errors = 0
-        self.logged: dict[tuple[int, int], float] = {}
+        self.restores = 0
+        self.logged: dict[int, float] = {}
 
     def emit(self, value: dict) -> None:
-        self.out.append((self.responses_tag,
-                         orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()))
+        self.out.append(("responses", orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()))
 
-    def process_element(self, value, ctx):
-        key, data = value[0], bytes(value[1])
-        hub = self.index_of[key]
+    def on_message(self, data: bytes) -> None:
+        """A spoke→hub envelope or a lifecycle control message (JSON) from a spoke."""
         if codec.is_envelope(data):
-            self._envelope(hub, data)
+            self._envelope(self.hub, data)
         else:
-            self._control(hub, orjson.loads(data))
-        out, self.out = self.out, []
-        for tag, v in out:
-            yield v if tag is None else (tag, v)
+            self._control(self.hub, orjson.loads(data))
 
     def _envelope(self, hub: int, data: bytes) -> None:
         try:
@@ -117,7 +111,7 @@ class HubFunction(KeyedProcessFunction):
         except CodecError:
             self.dropped += 1
             return
-        node = self.nodes.get((hub, network)) or self._restore(hub, network)
+        node = self.nodes.get(network)
         if node is None:
             self.dropped += 1  # a pipeline deleted while its messages were in flight
             return
@@ -127,15 +121,14 @@ class HubFunction(KeyedProcessFunction):
             self.handler_errors += 1
             log.exception("hub %d: handling a message of pipeline %d failed", hub, network)
             return
-        self._save(hub, network, node)
         self._log_progress(hub, network, node)
 
     def _log_progress(self, hub: int, network: int, node) -> None:
         """A per-pipeline line in the job's log at most every ``LOG_EVERY_S`` seconds."""
         now = time.monotonic()
-        if now - self.logged.get((hub, network), 0.0) < LOG_EVERY_S:
+        if now - self.logged.get(network, 0.0) < LOG_EVERY_S:
             return
-        self.logged[(hub, network)] = now
+        self.logged[network] = now
         stats = node.global_statistics()
         log.info("pipeline %d hub %d: %s; %d messages / %d bytes in, %d / %d out", network, hub,
                  ", ".join(f"{k}={v}" for k, v in stats.items() if not isinstance(v, (dict, list))),
@@ -146,22 +139,7 @@ class HubFunction(KeyedProcessFunction):
         node = make_hub(req)
         node.attach(_HubContext(self, req.id, hub, int(req.training_configuration["hubParallelism"])))
         node.hub_subtask = self.subtask
-        self.nodes[(hub, req.id)] = node
-        return node
-
-    def _save(self, hub: int, network: int, node) -> None:
-        self.state.put(network, orjson.dumps({
-            "request": node.request.to_json(), "learner": node.learner.to_json(),
-            "updates": node.updates}, option=orjson.OPT_SERIALIZE_NUMPY))
-
-    def _restore(self, hub: int, network: int):
-        raw = self.state.get(network)
-        if raw is None:
-            return None
-        saved = orjson.loads(raw)
-        node = self._attach(hub, parse_request(saved["request"]))
-        node.learner = type(node.learner).from_json(saved["learner"])
-        node.updates = saved["updates"]
+        self.nodes[req.id] = node
         return node
 
     def _control(self, hub: int, msg: dict) -> None:
@@ -171,40 +149,103 @@ class HubFunction(KeyedProcessFunction):
         op, n = msg["op"], msg["n"]
         req = parse_request(msg["request"])
         pid = req.id
-        got = self.copies.setdefault((hub, pid, n), set())
+        got = self.copies.setdefault((pid, n), set())
         first = not got
         got.add(msg["spoke"])
         if first:
             try:
-                if op == "create" and (hub, pid) not in self.nodes:
-                    self._save(hub, pid, self._attach(hub, req))
+                if op == "create" and pid not in self.nodes:
+                    self._attach(hub, req)
                 elif op == "update":
-                    node = self.nodes.get((hub, pid)) or self._restore(hub, pid)
+                    node = self.nodes.get(pid)
                     if node is None:  # spokes accepted it, so this should not happen
                         raise RequestError("not_found", f"hub {hub} has no pipeline {pid}", "id")
                     node.update(req)
-                    self._save(hub, pid, node)
                 elif op == "delete":
-                    self.nodes.pop((hub, pid), None)
-                    self.state.remove(pid)
+                    self.nodes.pop(pid, None)
             except RequestError as err:  # the spokes accepted it: should not happen
                 log.error("hub %d: %s of pipeline %d failed: %s", hub, op, pid, err)
-                self.copies.pop((hub, pid, n), None)
+                self.copies.pop((pid, n), None)
                 if hub == 0:
                     self.emit(error_response(err, req.request_id, pid, req.request))
                 return
         if len(got) < self.n_spokes:
             return
-        del self.copies[(hub, pid, n)]
+        del self.copies[(pid, n)]
         if hub != 0:
             return
         answer = {"requestId": req.request_id, "id": pid, "request": req.request, "status": "ok"}
         if op == "create":
             answer.update(spokes=self.n_spokes, hubs=int(req.training_configuration["hubParallelism"]))
         elif op == "update":
-            node = self.nodes[(hub, pid)]
+            node = self.nodes[pid]
             answer.update(learner={"name": node.request.learner["name"],
                                    "hyperParameters": node.learner.hyperparameters()},
                           preProcessors=node.request.pre_processors,
                           trainingConfiguration=node.request.training_configuration)
         self.emit(answer)
+
+
+class HubFunction(KeyedProcessFunction):
+    """The Flink host of the :class:`HubKernel` of each hub key on this subtask.
+
+    Parameters
+    ----------
+    n_spokes : int
+    hub_keys : list[int]
+        ``hub_keys[j]`` is the Flink key of hub j.
+    responses_tag : OutputTag
+    limits : dict
+        As for :class:`HubKernel`.
+    protocol_modules : tuple[str, ...]
+        Modules registering user protocols, imported in ``open``.
+    persist : bool
+        Hand each kernel to keyed state after every element (checkpoints, savepoints).
+    """
+
+    def __init__(self, n_spokes: int, hub_keys: list[int], responses_tag,
+                 limits: dict | None = None, protocol_modules: tuple[str, ...] = (),
+                 persist: bool = True) -> None:
+        self.n_spokes = n_spokes
+        self.hub_keys = hub_keys
+        self.responses_tag = responses_tag
+        self.limits = limits
+        self.protocol_modules = protocol_modules
+        self.persist = persist
+
+    def open(self, runtime_context) -> None:
+        import_protocols(self.protocol_modules)
+        self.subtask = subtask_index(runtime_context)
+        self.index_of = {k: j for j, k in enumerate(self.hub_keys)}
+        self.state = runtime_context.get_state(
+            ValueStateDescriptor("hub", Types.PICKLED_BYTE_ARRAY()))
+        self.kernels: dict[int, HubKernel] = {}
+        self.snapshots: dict[int, Snapshot] = {}
+
+    def _kernel(self, key: int) -> HubKernel:
+        kernel = self.kernels.get(key)
+        if kernel is None:
+            hub = self.index_of[key]
+            saved = self.state.value() if self.persist else None
+            kernel = saved.kernel if saved is not None else None
+            if kernel is None:
+                kernel = HubKernel(hub, self.n_spokes, self.limits, self.subtask)
+            else:
+                kernel.restores += 1
+                kernel.subtask = self.subtask
+                log.info("hub %d restored: %d pipeline(s), restore %d", hub, len(kernel.nodes),
+                         kernel.restores)
+            self.kernels[key] = kernel
+            self.snapshots[key] = Snapshot(kernel)
+        return kernel
+
+    def process_element(self, value, ctx):
+        key = value[0]
+        kernel = self._kernel(key)
+        kernel.on_message(bytes(value[1]))
+        if self.persist:
+            self.state.update(self.snapshots[key])
+        if kernel.out:
+            out, kernel.out = kernel.out, []
+            for stream, v in out:
+                yield v if stream is None else (self.responses_tag, v)

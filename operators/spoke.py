@@ -1,4 +1,6 @@
-"""The spoke operator: a ``CoProcessFunction`` over (data records, messages).
+"""The spoke operator: a ``KeyedCoProcessFunction`` over (data records, messages), keyed by
+spoke (one key per subtask, see :mod:`operators.routing`; the keys are computed in Java, so
+no Python key selector runs on the data path).
 
 Input 1 carries training and forecasting records as one string each, tagged by the job's
 SQL source with the topic they came from (``T`` training, ``P`` forecasting) followed by
@@ -13,8 +15,14 @@ every spoke (broadcast).
 Outputs: predictions (main output, JSON strings), spoke→hub messages (side output
 ``(hub_key, bytes)``, keyed by hub id downstream), responses and dead letters (JSON).
 
-The spoke keeps its models in memory (a plain, non-keyed function: one Python hop per
-record). What must survive a failure lives in the hubs' keyed state.
+Everything a spoke holds (pipelines, local models, preprocessor statistics, mini-batch
+buffers, protocol state, middleware sequence numbers and pending promises, counters) is one
+plain-Python :class:`SpokeKernel`, kept in the spoke key's ``ValueState`` and handed to the
+state after every element. In process mode that is a reference put in PyFlink's write
+cache, serialized once per bundle and at every checkpoint barrier (the bundle is finished
+before the barrier), so a checkpoint holds each spoke exactly as of the records before the
+barrier. In thread mode every update serializes, so it is done only when state must persist
+(checkpointing on, see :attr:`flink_jobs.config.JobConfig.persist_state`).
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ from collections import deque
 from typing import Any
 
 import orjson
-from pyflink.datastream import CoProcessFunction
+from pyflink.common import Types
+from pyflink.datastream import KeyedCoProcessFunction
+from pyflink.datastream.state import ValueStateDescriptor
 
 from learning.errors import RequestError
 from learning.protocols import make_spoke
@@ -35,8 +45,9 @@ from middleware import SPOKE, codec
 from middleware.errors import CodecError
 from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 from operators.routing import subtask_index
+from operators.snapshot import Snapshot
 
-__all__ = ["SpokeFunction", "DEFAULT_LIMITS", "error_response", "import_protocols"]
+__all__ = ["SpokeFunction", "SpokeKernel", "DEFAULT_LIMITS", "error_response", "import_protocols"]
 
 log = logging.getLogger(__name__)
 _TRAIN = "T"  # the SQL source's tag of training records; forecasting ones are "P"
@@ -90,7 +101,7 @@ class _SpokeContext:
 
     side = SPOKE
 
-    def __init__(self, op: "SpokeFunction", network: int, n_hubs: int) -> None:
+    def __init__(self, op: "SpokeKernel", network: int, n_hubs: int) -> None:
         self._op = op
         self.network = network
         self.index = op.index
@@ -101,7 +112,7 @@ class _SpokeContext:
         self.pauses = 0  # this node's share of the operator's pause count
 
     def send(self, dst_index: int, data: bytes) -> None:
-        self._op.out.append((self._op.to_hubs_tag, (self._op.hub_keys[dst_index], data)))
+        self._op.out.append((_HUBS, (self._op.hub_keys[dst_index], data)))
 
     def pause_stream(self) -> None:
         self._op.paused += 1
@@ -115,47 +126,42 @@ class _SpokeContext:
         self._op.emit(stream, value)
 
 
-class SpokeFunction(CoProcessFunction):
-    """Hosts one spoke node per pipeline on this subtask.
+_HUBS = "hubs"  # names of the kernel's outputs; None is the main output (predictions)
+
+
+class SpokeKernel:
+    """One spoke subtask's whole state and logic, plain Python (picklable, no Flink).
 
     Parameters
     ----------
-    n_spokes, n_hubs : int
-        Job parallelism of the spoke and hub operators.
+    index, n_spokes, n_hubs : int
+        This spoke's index and the job's spoke and hub parallelism.
     hub_keys : list[int]
         ``hub_keys[j]`` is the key that Flink routes to hub subtask j.
-    to_hubs_tag, responses_tag, dead_letters_tag : OutputTag
-        Side outputs.
     limits : dict
         Service limits, defaults in :data:`DEFAULT_LIMITS`: ``max_request_bytes`` (larger
         requests: ``too_large``), ``max_pipelines`` (more: ``too_many_pipelines``),
         ``max_model_params`` (a learner hyperparameter or parameter above it, e.g. a
         10⁹-wide model: ``too_large``), ``max_message_bytes`` (larger envelopes are
         fragmented), ``max_response_params`` (larger models are summarized in Query).
-    protocol_modules : tuple[str, ...]
-        Modules registering user protocols, imported in ``open``.
     execution_mode : str
         PyFlink's ``python.execution-mode``; in ``"thread"`` mode learners with
         ``needs_own_interpreter`` (PyTorch) are refused with code ``unsupported``.
+
+    Outputs accumulate in :attr:`out` as ``(stream, value)``: stream ``None`` (a
+    prediction, JSON), ``"hubs"`` (``(hub_key, bytes)``), ``"responses"`` or
+    ``"deadLetters"`` (JSON).
     """
 
-    def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
-                 responses_tag, dead_letters_tag, limits: dict | None = None,
-                 protocol_modules: tuple[str, ...] = (), execution_mode: str = "thread") -> None:
+    def __init__(self, index: int, n_spokes: int, n_hubs: int, hub_keys: list[int],
+                 limits: dict | None = None, execution_mode: str = "thread") -> None:
+        self.index = index
         self.n_spokes = n_spokes
         self.n_hubs = n_hubs
         self.hub_keys = hub_keys
-        self.to_hubs_tag = to_hubs_tag
-        self.responses_tag = responses_tag
-        self.dead_letters_tag = dead_letters_tag
         self.limits = {**DEFAULT_LIMITS, **(limits or {})}
         self.max_message_bytes = self.limits["max_message_bytes"]
-        self.protocol_modules = protocol_modules
         self.execution_mode = execution_mode
-
-    def open(self, runtime_context) -> None:
-        import_protocols(self.protocol_modules)
-        self.index = subtask_index(runtime_context)
         self.nodes: dict[int, Any] = {}
         self.out: list[tuple[Any, Any]] = []
         self.paused = 0
@@ -166,28 +172,22 @@ class SpokeFunction(CoProcessFunction):
         self.requests_rejected = 0
         self.controls = 0
         self.handler_errors = 0
+        self.restores = 0  # times this spoke was rebuilt from a checkpoint or savepoint
 
     # -- outputs -------------------------------------------------------------------------
     def emit(self, stream: str, value: dict) -> None:
-        tag = self.responses_tag if stream == "responses" else self.dead_letters_tag
-        self.out.append((tag, orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()))
-
-    def _drain(self):
-        out, self.out = self.out, []
-        for tag, value in out:
-            yield (value if tag is None else (tag, value))
+        self.out.append((stream, orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()))
 
     # -- data ----------------------------------------------------------------------------
-    def process_element1(self, row, ctx):
+    def on_data(self, line: str) -> None:
+        """A training (``T``) or forecasting (``P``) line from the SQL source."""
         if self.paused or self.backlog:
-            self.backlog.append(row[0])
+            self.backlog.append(line)
             if self.paused:
                 return
             self._run_backlog()
         else:
-            self._data(row[0])
-        if self.out:
-            yield from self._drain()
+            self._data(line)
 
     def _run_backlog(self) -> None:
         while self.backlog and not self.paused:
@@ -227,16 +227,14 @@ class SpokeFunction(CoProcessFunction):
                                   "record": record if not isinstance(record, str) else record[1:]})
 
     # -- messages ------------------------------------------------------------------------
-    def process_element2(self, data, ctx):
-        data = bytes(data)
+    def on_message(self, data: bytes) -> None:
+        """A hub→spoke envelope (``psMessages``) or a JSON request (``requests``)."""
         if codec.is_envelope(data):
             self._envelope(data)
         else:
             self._request(data)
         if not self.paused and self.backlog:
             self._run_backlog()
-        if self.out:
-            yield from self._drain()
 
     def _envelope(self, data: bytes) -> None:
         try:
@@ -280,7 +278,7 @@ class SpokeFunction(CoProcessFunction):
         """This spoke's service counters (summed over spokes in a Query response)."""
         return {"pipelines": len(self.nodes), "requestsAccepted": self.requests_accepted,
                 "requestsRejected": self.requests_rejected, "badMessages": self.bad_messages,
-                "handlerErrors": self.handler_errors,
+                "handlerErrors": self.handler_errors, "restores": self.restores,
                 "recordsWithoutPipeline": self.records_without_pipeline}
 
     def _create(self, req) -> None:
@@ -335,4 +333,82 @@ class SpokeFunction(CoProcessFunction):
         self.controls += 1  # the same numbering on every spoke: they see the same requests
         data = orjson.dumps({**msg, "n": self.controls})
         for j in range(n_hubs):
-            self.out.append((self.to_hubs_tag, (self.hub_keys[j], data)))
+            self.out.append((_HUBS, (self.hub_keys[j], data)))
+
+
+class SpokeFunction(KeyedCoProcessFunction):
+    """The Flink host of a :class:`SpokeKernel`: input 1 is the data (key: this spoke),
+    input 2 the messages (requests replicated to every spoke key; hub→spoke envelopes
+    keyed by their destination spoke).
+
+    Parameters
+    ----------
+    n_spokes, n_hubs, hub_keys, limits, execution_mode
+        As for :class:`SpokeKernel`.
+    to_hubs_tag, responses_tag, dead_letters_tag : OutputTag
+        Side outputs.
+    protocol_modules : tuple[str, ...]
+        Modules registering user protocols, imported in ``open``.
+    persist : bool
+        Hand the kernel to keyed state after every element (needed for checkpoints and
+        savepoints; free in process mode, a serialization per element in thread mode).
+    """
+
+    def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
+                 responses_tag, dead_letters_tag, limits: dict | None = None,
+                 protocol_modules: tuple[str, ...] = (), execution_mode: str = "thread",
+                 persist: bool = True) -> None:
+        self.n_spokes = n_spokes
+        self.n_hubs = n_hubs
+        self.hub_keys = hub_keys
+        self.to_hubs_tag = to_hubs_tag
+        self.responses_tag = responses_tag
+        self.dead_letters_tag = dead_letters_tag
+        self.limits = limits
+        self.protocol_modules = protocol_modules
+        self.execution_mode = execution_mode
+        self.persist = persist
+
+    def open(self, runtime_context) -> None:
+        import_protocols(self.protocol_modules)
+        self.index = subtask_index(runtime_context)
+        self.state = runtime_context.get_state(
+            ValueStateDescriptor("spoke", Types.PICKLED_BYTE_ARRAY()))
+        self.kernel: SpokeKernel | None = None
+        self.tags = {_HUBS: self.to_hubs_tag, "responses": self.responses_tag,
+                     "deadLetters": self.dead_letters_tag}
+
+    def _kernel(self) -> SpokeKernel:
+        kernel = self.kernel
+        if kernel is None:
+            saved = self.state.value() if self.persist else None
+            kernel = saved.kernel if saved is not None else None
+            if kernel is None:
+                kernel = SpokeKernel(self.index, self.n_spokes, self.n_hubs, self.hub_keys,
+                                     self.limits, self.execution_mode)
+            else:
+                kernel.restores += 1
+                log.info("spoke %d restored: %d pipeline(s), restore %d", self.index,
+                         len(kernel.nodes), kernel.restores)
+            self.kernel = kernel
+            self.snapshot = Snapshot(kernel)
+        return kernel
+
+    def _emit(self, kernel: SpokeKernel):
+        if self.persist:
+            self.state.update(self.snapshot)
+        if kernel.out:
+            out, kernel.out = kernel.out, []
+            tags = self.tags
+            for stream, value in out:
+                yield value if stream is None else (tags[stream], value)
+
+    def process_element1(self, value, ctx):
+        kernel = self._kernel()
+        kernel.on_data(value)
+        yield from self._emit(kernel)
+
+    def process_element2(self, value, ctx):
+        kernel = self._kernel()
+        kernel.on_message(bytes(value))
+        yield from self._emit(kernel)
