@@ -83,6 +83,9 @@ class JobConfig:
         the cluster's setting (a MiniCluster keeps checkpoints in memory).
     flink_options : tuple[tuple[str, str], ...]
         Further Flink configuration keys set on the job (e.g. metrics reporters).
+    metrics : bool
+        Register omldm's Flink metrics (counters and gauges per pipeline, spoke and hub;
+        :mod:`operators.metrics`).
     jars : tuple[str, ...]
         ``file://`` URLs of the Kafka connector jars.
     connection : KafkaConnection
@@ -113,6 +116,7 @@ class JobConfig:
     checkpoint_interval_ms: int = 10_000
     checkpoint_dir: str = ""
     flink_options: tuple[tuple[str, str], ...] = ()
+    metrics: bool = True
     topics: Topics = field(default_factory=Topics)
     jars: tuple[str, ...] = ()
     protocol_modules: tuple[str, ...] = ()

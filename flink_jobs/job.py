@@ -41,14 +41,17 @@ from operators.spoke import SpokeFunction
 __all__ = ["create_environment", "build_job"]
 
 
-def create_environment(cfg: JobConfig) -> StreamExecutionEnvironment:
-    """A StreamExecutionEnvironment configured for omldm (local MiniCluster when run
-    as a plain Python program; the session cluster's when submitted with ``flink run``)."""
+def create_environment(cfg: JobConfig, local: bool = True) -> StreamExecutionEnvironment:
+    """A StreamExecutionEnvironment configured for omldm: a local MiniCluster when run as
+    a plain Python program; the session cluster's when submitted with ``flink run``, in
+    which case (``local=False``) the Python executable and path are left to ``-pyexec`` /
+    ``-pyarch`` / the cluster's ``python.executable``."""
     conf = Configuration()
     conf.set_string("python.execution-mode", cfg.execution_mode)
-    # thread mode imports pemja from the virtual environment (DESIGN.md gotchas)
-    conf.set_string("python.pythonpath", os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] + site.getsitepackages()))
+    if local:
+        # thread mode imports pemja from the virtual environment (DESIGN.md gotchas)
+        conf.set_string("python.pythonpath", os.pathsep.join(
+            [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] + site.getsitepackages()))
     conf.set_string("execution.buffer-timeout.interval", f"{cfg.buffer_timeout_ms}ms")
     conf.set_string("python.fn-execution.bundle.size", str(cfg.bundle_size))
     conf.set_string("python.fn-execution.bundle.time", str(cfg.bundle_time_ms))
@@ -62,7 +65,8 @@ def create_environment(cfg: JobConfig) -> StreamExecutionEnvironment:
     for key, value in cfg.flink_options:
         conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_python_executable(sys.executable)
+    if local:
+        env.set_python_executable(sys.executable)
     env.set_parallelism(cfg.spokes)
     env.set_max_parallelism(MAX_PARALLELISM)
     return env
@@ -173,13 +177,13 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
     spokes = (data.connect(messages)
               .process(SpokeFunction(cfg.spokes, cfg.hubs, keys, to_hubs_tag, responses_tag,
                                      dead_tag, cfg.limits(), cfg.protocol_modules,
-                                     cfg.execution_mode, cfg.persist_state),
+                                     cfg.execution_mode, cfg.persist_state, cfg.metrics),
                        output_type=Types.STRING())
               .name("spokes").uid("spokes").set_parallelism(cfg.spokes))
     hubs = (spokes.get_side_output(to_hubs_tag)
             .key_by(lambda m: m[0], key_type=Types.INT())
             .process(HubFunction(cfg.spokes, keys, responses_tag, cfg.limits(), cfg.protocol_modules,
-                                 cfg.persist_state),
+                                 cfg.persist_state, cfg.metrics),
                      output_type=bytes_type)
             .name("hubs").uid("hubs").set_parallelism(cfg.hubs))
 

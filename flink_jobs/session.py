@@ -56,11 +56,11 @@ class Session:
         self._ids = itertools.count()
 
     def start(self) -> "Session":
+        """Create the topics, start the job on a local MiniCluster, connect."""
         from flink_jobs.job import build_job, create_environment
 
-        t = self.cfg.topics
-        client = self.cfg.connection.client_kwargs()
-        create_topics(self.cfg.bootstrap_servers, t.all(), **client)
+        create_topics(self.cfg.bootstrap_servers, self.cfg.topics.all(),
+                      **self.cfg.connection.client_kwargs())
         if self.cfg.execution_mode == "process":
             os.environ["_python_worker_execution_mode"] = "process"  # real worker processes
         else:
@@ -68,6 +68,14 @@ class Session:
         env = create_environment(self.cfg)
         build_job(env, self.cfg)
         self.client = env.execute_async(self.job_name)
+        return self.connect()
+
+    def connect(self) -> "Session":
+        """Create the topics (if missing) and open the producer and readers, for a job
+        that runs elsewhere (``flink run`` on a cluster) or was started by :meth:`start`."""
+        t = self.cfg.topics
+        client = self.cfg.connection.client_kwargs()
+        create_topics(self.cfg.bootstrap_servers, t.all(), **client)
         self.producer = JsonProducer(self.cfg.bootstrap_servers, **client)
         self.responses = TopicReader(self.cfg.bootstrap_servers, t.responses, **client)
         self.predictions = TopicReader(self.cfg.bootstrap_servers, t.predictions, **client)

@@ -27,6 +27,7 @@ from learning.requests import parse_request
 from middleware import HUB, codec
 from middleware.errors import CodecError
 from operators.routing import subtask_index
+from operators.metrics import HUB_METRICS, OperatorMetrics
 from operators.snapshot import Snapshot
 from operators.spoke import DEFAULT_LIMITS, error_response, import_protocols
 
@@ -94,6 +95,11 @@ class HubKernel:
         self.handler_errors = 0
         self.restores = 0
         self.logged: dict[int, float] = {}
+
+    def service(self) -> dict:
+        """This hub's service counters (also Flink metrics)."""
+        return {"badMessages": self.dropped, "handlerErrors": self.handler_errors,
+                "restores": self.restores}
 
     def emit(self, value: dict) -> None:
         self.out.append(("responses", orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()))
@@ -201,21 +207,25 @@ class HubFunction(KeyedProcessFunction):
         Modules registering user protocols, imported in ``open``.
     persist : bool
         Hand each kernel to keyed state after every element (checkpoints, savepoints).
+    metrics : bool
+        Register the Flink metrics of :mod:`operators.metrics`.
     """
 
     def __init__(self, n_spokes: int, hub_keys: list[int], responses_tag,
                  limits: dict | None = None, protocol_modules: tuple[str, ...] = (),
-                 persist: bool = True) -> None:
+                 persist: bool = True, metrics: bool = True) -> None:
         self.n_spokes = n_spokes
         self.hub_keys = hub_keys
         self.responses_tag = responses_tag
         self.limits = limits
         self.protocol_modules = protocol_modules
         self.persist = persist
+        self.metrics_on = metrics
 
     def open(self, runtime_context) -> None:
         import_protocols(self.protocol_modules)
         self.subtask = subtask_index(runtime_context)
+        self.metrics = OperatorMetrics(runtime_context, HUB_METRICS) if self.metrics_on else None
         self.index_of = {k: j for j, k in enumerate(self.hub_keys)}
         self.state = runtime_context.get_state(
             ValueStateDescriptor("hub", Types.PICKLED_BYTE_ARRAY()))
@@ -245,6 +255,8 @@ class HubFunction(KeyedProcessFunction):
         kernel.on_message(bytes(value[1]))
         if self.persist:
             self.state.update(self.snapshots[key])
+        if self.metrics is not None:
+            self.metrics.refresh(kernel)
         if kernel.out:
             out, kernel.out = kernel.out, []
             for stream, v in out:

@@ -45,6 +45,7 @@ from middleware import SPOKE, codec
 from middleware.errors import CodecError
 from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 from operators.routing import subtask_index
+from operators.metrics import SPOKE_METRICS, OperatorMetrics
 from operators.snapshot import Snapshot
 
 __all__ = ["SpokeFunction", "SpokeKernel", "DEFAULT_LIMITS", "error_response", "import_protocols"]
@@ -352,12 +353,14 @@ class SpokeFunction(KeyedCoProcessFunction):
     persist : bool
         Hand the kernel to keyed state after every element (needed for checkpoints and
         savepoints; free in process mode, a serialization per element in thread mode).
+    metrics : bool
+        Register the Flink metrics of :mod:`operators.metrics`.
     """
 
     def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
                  responses_tag, dead_letters_tag, limits: dict | None = None,
                  protocol_modules: tuple[str, ...] = (), execution_mode: str = "thread",
-                 persist: bool = True) -> None:
+                 persist: bool = True, metrics: bool = True) -> None:
         self.n_spokes = n_spokes
         self.n_hubs = n_hubs
         self.hub_keys = hub_keys
@@ -368,10 +371,12 @@ class SpokeFunction(KeyedCoProcessFunction):
         self.protocol_modules = protocol_modules
         self.execution_mode = execution_mode
         self.persist = persist
+        self.metrics_on = metrics
 
     def open(self, runtime_context) -> None:
         import_protocols(self.protocol_modules)
         self.index = subtask_index(runtime_context)
+        self.metrics = OperatorMetrics(runtime_context, SPOKE_METRICS) if self.metrics_on else None
         self.state = runtime_context.get_state(
             ValueStateDescriptor("spoke", Types.PICKLED_BYTE_ARRAY()))
         self.kernel: SpokeKernel | None = None
@@ -397,6 +402,8 @@ class SpokeFunction(KeyedCoProcessFunction):
     def _emit(self, kernel: SpokeKernel):
         if self.persist:
             self.state.update(self.snapshot)
+        if self.metrics is not None:
+            self.metrics.refresh(kernel)
         if kernel.out:
             out, kernel.out = kernel.out, []
             tags = self.tags

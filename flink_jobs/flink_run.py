@@ -1,0 +1,88 @@
+"""Entry point for ``flink run -py`` on a session cluster (standalone, Kubernetes, YARN)::
+
+    flink run -d -py flink_jobs/flink_run.py -pyexec .venv/bin/python \\
+        -Dpipeline.jars="file:///…/flink-connector-kafka.jar;file:///…/kafka-clients.jar" \\
+        --bootstrap-servers HOST:PORT --spokes 2 --hubs 1
+
+Checkpointing is on by default (10 s, exactly-once barriers; storage from
+``--checkpoint-dir`` or the cluster's ``execution.checkpointing.dir``) and spokes run in
+process mode (separate Python workers, whose state writes are cached until the bundle's
+end). Resume from a savepoint with ``flink run -s PATH -py flink_jobs/flink_run.py …``
+and the same ``--spokes``/``--hubs``. Every option is explained in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a script by flink run: make the packages importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from flink_jobs.config import JobConfig, Topics  # noqa: E402
+from flink_jobs.connection import KafkaConnection  # noqa: E402
+
+__all__ = ["parser", "config_from_args", "main"]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flink_run.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    KafkaConnection.add_arguments(p)
+    p.add_argument("--topic-prefix", default="", help="prefix of every topic name")
+    p.add_argument("--spokes", type=int, default=2, help="spoke parallelism (local learners)")
+    p.add_argument("--hubs", type=int, default=1, help="hub parallelism (parameter-server shards)")
+    p.add_argument("--mode", choices=("process", "thread"), default="process",
+                   help="python.execution-mode (default process: cheap state writes)")
+    p.add_argument("--checkpoint-interval-ms", type=int, default=10_000,
+                   help="checkpoint interval in ms; 0 leaves it to the cluster's configuration")
+    p.add_argument("--checkpoint-dir", default="",
+                   help="execution.checkpointing.dir (file://, s3://, hdfs://); default: the cluster's")
+    p.add_argument("--job-name", default="omldm")
+    p.add_argument("--group-id", default="omldm", help="Kafka consumer group id of the sources")
+    p.add_argument("--startup-mode", choices=("earliest-offset", "latest-offset"),
+                   default="earliest-offset", help="where the sources start without a checkpoint")
+    p.add_argument("--protocol-module", action="append", default=[],
+                   help="module registering user protocols (importable on the workers)")
+    p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
+                   help="register omldm's Flink metrics (counters and gauges per pipeline)")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> JobConfig:
+    """The JobConfig that the command-line options describe.
+
+    Raises
+    ------
+    SystemExit
+        Without ``--bootstrap-servers`` (or ``$OMLDM_BOOTSTRAP_SERVERS``).
+    ValueError
+        On an invalid setting (it names the setting).
+    """
+    conn = KafkaConnection.from_args(args)
+    if not conn.bootstrap_servers:
+        raise SystemExit("flink_run.py: --bootstrap-servers (or $OMLDM_BOOTSTRAP_SERVERS) is required")
+    prefix = args.topic_prefix or ""
+    return JobConfig(bootstrap_servers=conn.bootstrap_servers, spokes=args.spokes, hubs=args.hubs,
+                     execution_mode=args.mode, checkpoint_interval_ms=args.checkpoint_interval_ms,
+                     checkpoint_dir=args.checkpoint_dir, group_id=args.group_id,
+                     startup_mode=args.startup_mode, connection=conn,
+                     topics=Topics(**{f: prefix + v for f, v in Topics().__dict__.items()}),
+                     protocol_modules=tuple(args.protocol_module), metrics=args.metrics)
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from flink_jobs.job import build_job, create_environment
+
+    args = parser().parse_args(argv)
+    cfg = config_from_args(args)
+    env = create_environment(cfg, local=False)
+    build_job(env, cfg)
+    env.execute(args.job_name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Flink metrics of the spoke and hub operators, per pipeline.
+
+Metric group ``omldm`` of each operator subtask (Flink adds the job, operator and subtask
+as scope variables: ``subtask_index`` and ``operator_name`` labels in Prometheus), with a
+key-value group ``pipeline`` (a ``pipeline`` label) per pipeline id:
+
+=========================  =====  ==========================================================
+name                       side   value
+=========================  =====  ==========================================================
+fitted                     spoke  records fitted by this spoke's pipeline (records)
+predicted                  spoke  forecasting records answered (records)
+rejected                   spoke  records refused (dead letters; records)
+batches                    spoke  mini-batches fitted
+prequentialAccuracyPpm     spoke  prequential (test-then-train) accuracy, parts per million
+messagesToHubs/bytesToHubs spoke  envelopes and bytes sent to hubs
+messagesFromHubs/...Bytes  spoke  envelopes and bytes received from hubs (psMessages)
+updates                    hub    updates applied to the global model (synchronizations)
+messagesToSpokes/...       hub    envelopes and bytes sent to spokes, received from them
+=========================  =====  ==========================================================
+
+and, without the pipeline group, the kernel's service counters (``requestsAccepted``,
+``requestsRejected``, ``badMessages``, ``handlerErrors``, ``recordsWithoutPipeline``,
+``restores``).
+
+All are Flink *counters* holding the current value (Flink's Prometheus reporter exports
+counters as gauges). They are refreshed from the kernel at most once per
+``refresh_s`` seconds, on the operator's own thread: PyFlink gauges would be called back
+from the reporter's thread, which thread mode (pemja) does not survive reliably.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+__all__ = ["OperatorMetrics", "SPOKE_METRICS", "HUB_METRICS"]
+
+
+def _sum(counter) -> int:
+    return int(sum(counter.values()))
+
+
+SPOKE_METRICS: dict[str, Callable[[Any], int]] = {
+    "fitted": lambda n: n.fitted,
+    "predicted": lambda n: n.predicted,
+    "rejected": lambda n: n.rejected,
+    "batches": lambda n: n.batches,
+    "prequentialAccuracyPpm": lambda n: round(1e6 * n.correct / n.fitted) if n.fitted else 0,
+    "messagesToHubs": lambda n: _sum(n.stats.sent_messages),
+    "bytesToHubs": lambda n: _sum(n.stats.sent_bytes),
+    "messagesFromHubs": lambda n: _sum(n.stats.received_messages),
+    "bytesFromHubs": lambda n: _sum(n.stats.received_bytes),
+}
+HUB_METRICS: dict[str, Callable[[Any], int]] = {
+    "updates": lambda n: n.updates,
+    "messagesToSpokes": lambda n: _sum(n.stats.sent_messages),
+    "bytesToSpokes": lambda n: _sum(n.stats.sent_bytes),
+    "messagesFromSpokes": lambda n: _sum(n.stats.received_messages),
+    "bytesFromSpokes": lambda n: _sum(n.stats.received_bytes),
+}
+SERVICE_METRICS = ("requestsAccepted", "requestsRejected", "badMessages", "handlerErrors",
+                   "recordsWithoutPipeline", "restores")
+
+
+class OperatorMetrics:
+    """Keeps Flink counters equal to a kernel's statistics.
+
+    Parameters
+    ----------
+    runtime_context : RuntimeContext
+        The operator's (``open``); its metric group gets the ``omldm`` group.
+    per_pipeline : dict[str, callable]
+        :data:`SPOKE_METRICS` or :data:`HUB_METRICS`: name → function of a node → int.
+    refresh_s : float
+        Seconds between refreshes (a refresh reads every pipeline's statistics).
+    """
+
+    def __init__(self, runtime_context, per_pipeline: dict[str, Callable[[Any], int]],
+                 refresh_s: float = 1.0) -> None:
+        self.group = runtime_context.get_metrics_group().add_group("omldm")
+        self.per_pipeline = per_pipeline
+        self.refresh_s = refresh_s
+        self.next = 0.0
+        self.counters: dict[tuple, Any] = {}
+        self.values: dict[tuple, int] = {}
+
+    def _set(self, key: tuple, value: int) -> None:
+        counter = self.counters.get(key)
+        if counter is None:
+            group = self.group if len(key) == 1 else self.group.add_group("pipeline", str(key[0]))
+            counter = self.counters[key] = group.counter(key[-1])
+            self.values[key] = 0
+        delta = int(value) - self.values[key]
+        if delta > 0:
+            counter.inc(delta)
+        elif delta < 0:  # after a restore the statistics may go back
+            counter.dec(-delta)
+        self.values[key] = int(value)
+
+    def refresh(self, kernel, force: bool = False) -> None:
+        """Set the counters from a kernel's ``nodes`` (pipeline id → node) and its
+        ``service()`` counters, at most every ``refresh_s`` seconds unless ``force``."""
+        now = time.monotonic()
+        if now < self.next and not force:
+            return
+        self.next = now + self.refresh_s
+        nodes, service = kernel.nodes, kernel.service()
+        for name in SERVICE_METRICS:
+            if name in service:
+                self._set((name,), service[name])
+        for pid, node in nodes.items():
+            for name, read in self.per_pipeline.items():
+                try:
+                    value = read(node)
+                except Exception:  # a protocol without that statistic
+                    continue
+                self._set((pid, name), value)
