@@ -278,11 +278,18 @@ def _topics_cmd(args: argparse.Namespace) -> int:
 
 def _show(value: bytes) -> str:
     from middleware import codec
+    from operators.feedback import is_frame, unframe
 
+    prefix = ""
+    if is_frame(value):  # hub→spoke on psMessages: incarnation frame + envelope
+        (inc, _prev, base, network, hub, spoke, nonce), value = unframe(value)
+        prefix = f"[hub {hub} incarnation {inc:x} base {base}] "
+        if not value:
+            return f"{prefix}resync answer network={network} → spoke {spoke} nonce={nonce:x}"
     if codec.is_envelope(value):
         try:
             e = codec.decode(value)
-            return (f"envelope network={e.network} {'spoke' if e.src_side == 0 else 'hub'} "
+            return (f"{prefix}envelope network={e.network} {'spoke' if e.src_side == 0 else 'hub'} "
                     f"{e.src_index} → {e.dst_index} seq={e.seq} {e.kind.name} {e.method} "
                     f"({len(value)} bytes)")
         except Exception as exc:  # show what it is, never crash the tail

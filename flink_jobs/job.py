@@ -34,6 +34,7 @@ from pyflink.table import StreamTableEnvironment
 
 from flink_jobs.config import JobConfig
 from middleware import codec
+from operators.feedback import FRAME, is_frame
 from operators.hub import HubFunction
 from operators.routing import MAX_PARALLELISM, hub_keys
 from operators.spoke import SpokeFunction
@@ -117,7 +118,10 @@ class _ToSpokes:
 
     def __call__(self, data):
         data = bytes(data)
-        if codec.is_envelope(data):
+        if is_frame(data):  # hub→spoke, framed (operators.feedback)
+            dst = FRAME.unpack_from(data)[6]
+            yield Row(self.spoke_keys[dst if 0 <= dst < len(self.spoke_keys) else 0], data)
+        elif codec.is_envelope(data):
             try:
                 dst = codec.peek(data)[4]
             except Exception:

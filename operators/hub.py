@@ -27,6 +27,7 @@ from learning.requests import parse_request
 from middleware import HUB, codec
 from middleware.errors import CodecError
 from operators.routing import subtask_index
+from operators.feedback import frame, new_incarnation
 from operators.metrics import HUB_METRICS, OperatorMetrics
 from operators.snapshot import Snapshot
 from operators.spoke import DEFAULT_LIMITS, error_response, import_protocols
@@ -50,7 +51,7 @@ class _HubContext:
         self.max_response_params = op.limits["max_response_params"]
 
     def send(self, dst_index: int, data: bytes) -> None:
-        self._op.out.append((None, data))
+        self._op.send(self.network, self.index, dst_index, data)
 
     def pause_stream(self) -> None:  # hubs have no input stream to pause
         raise RuntimeError("hubs cannot pause a stream")
@@ -95,6 +96,24 @@ class HubKernel:
         self.handler_errors = 0
         self.restores = 0
         self.logged: dict[int, float] = {}
+        # the feedback loop's incarnation frames (operators.feedback)
+        self.incarnation = new_incarnation()
+        self.prev_incarnation = 0
+        self.bases: dict[tuple[int, int], int] = {}
+
+    def restored(self) -> None:
+        """This kernel was just rebuilt from a checkpoint or savepoint: a new incarnation,
+        and each channel's base is where its sequence numbers resume."""
+        self.restores += 1
+        self.prev_incarnation, self.incarnation = self.incarnation, new_incarnation()
+        self.bases = {(network, s): node._outbox.peek(s)
+                      for network, node in self.nodes.items() for s in range(self.n_spokes)}
+
+    def send(self, network: int, hub: int, spoke: int, data: bytes = b"", nonce: int = 0) -> None:
+        """A hub→spoke record for psMessages: ``data`` (envelope bytes) in a frame."""
+        self.out.append((None, frame(self.incarnation, self.prev_incarnation,
+                                     self.bases.get((network, spoke), 0), network, hub, spoke,
+                                     data, nonce)))
 
     def service(self) -> dict:
         """This hub's service counters (also Flink metrics)."""
@@ -152,6 +171,9 @@ class HubKernel:
         """Pipeline lifecycle from the spokes: every spoke forwards each Create, Update and
         Delete it accepted (numbered alike on all spokes, as all see the requests in the
         same order); the hub acts on the first copy and answers after the last."""
+        if msg["op"] == "resync":  # a restored spoke asks where this hub's timeline is
+            self.send(int(msg["network"]), hub, int(msg["spoke"]), nonce=int(msg["nonce"]))
+            return
         op, n = msg["op"], msg["n"]
         req = parse_request(msg["request"])
         pid = req.id
@@ -241,7 +263,7 @@ class HubFunction(KeyedProcessFunction):
             if kernel is None:
                 kernel = HubKernel(hub, self.n_spokes, self.limits, self.subtask)
             else:
-                kernel.restores += 1
+                kernel.restored()
                 kernel.subtask = self.subtask
                 log.info("hub %d restored: %d pipeline(s), restore %d", hub, len(kernel.nodes),
                          kernel.restores)

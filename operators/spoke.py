@@ -45,6 +45,7 @@ from middleware import SPOKE, codec
 from middleware.errors import CodecError
 from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 from operators.routing import subtask_index
+from operators.feedback import SpokeChannels, is_frame
 from operators.metrics import SPOKE_METRICS, OperatorMetrics
 from operators.snapshot import Snapshot
 
@@ -174,6 +175,17 @@ class SpokeKernel:
         self.controls = 0
         self.handler_errors = 0
         self.restores = 0  # times this spoke was rebuilt from a checkpoint or savepoint
+        self.feedback = SpokeChannels()  # incarnation frames of hub messages (operators.feedback)
+
+    def restored(self) -> None:
+        """This kernel was just rebuilt from a checkpoint or savepoint: hold each hub's
+        messages until it says which of them survived the restore (operators.feedback)."""
+        self.restores += 1
+        for network, node in self.nodes.items():
+            for j in range(node.ctx.n_hubs):
+                nonce = self.feedback.restored(network, j)
+                self.out.append((_HUBS, (self.hub_keys[j], orjson.dumps(
+                    {"op": "resync", "spoke": self.index, "network": network, "nonce": nonce}))))
 
     # -- outputs -------------------------------------------------------------------------
     def emit(self, stream: str, value: dict) -> None:
@@ -229,13 +241,23 @@ class SpokeKernel:
 
     # -- messages ------------------------------------------------------------------------
     def on_message(self, data: bytes) -> None:
-        """A hub→spoke envelope (``psMessages``) or a JSON request (``requests``)."""
-        if codec.is_envelope(data):
+        """A framed hub→spoke envelope (``psMessages``) or a JSON request (``requests``)."""
+        if is_frame(data):
+            self._frame(data)
+        elif codec.is_envelope(data):
             self._envelope(data)
         else:
             self._request(data)
         if not self.paused and self.backlog:
             self._run_backlog()
+
+    def _frame(self, data: bytes) -> None:
+        (network, _), bodies = self.feedback.accept(data)
+        if network not in self.nodes:
+            self.bad_messages += 1 if bodies else 0  # e.g. in flight when deleted
+            return
+        for body in bodies:
+            self._envelope(body)
 
     def _envelope(self, data: bytes) -> None:
         try:
@@ -280,6 +302,7 @@ class SpokeKernel:
         return {"pipelines": len(self.nodes), "requestsAccepted": self.requests_accepted,
                 "requestsRejected": self.requests_rejected, "badMessages": self.bad_messages,
                 "handlerErrors": self.handler_errors, "restores": self.restores,
+                "deadMessagesDropped": self.feedback.dead,
                 "recordsWithoutPipeline": self.records_without_pipeline}
 
     def _create(self, req) -> None:
@@ -309,6 +332,7 @@ class SpokeKernel:
         node = self._node(req)
         node.flush()
         del self.nodes[req.id]
+        self.feedback.forget(req.id)
         self.paused -= node.ctx.pauses  # a node waiting on a round must not stall the others
         node.ctx.pauses = 0
         self._control(node.ctx.n_hubs, {"op": "delete", "spoke": self.index,
@@ -392,7 +416,7 @@ class SpokeFunction(KeyedCoProcessFunction):
                 kernel = SpokeKernel(self.index, self.n_spokes, self.n_hubs, self.hub_keys,
                                      self.limits, self.execution_mode)
             else:
-                kernel.restores += 1
+                kernel.restored()
                 log.info("spoke %d restored: %d pipeline(s), restore %d", self.index,
                          len(kernel.nodes), kernel.restores)
             self.kernel = kernel

@@ -1,0 +1,150 @@
+"""The Kafka feedback loop across restores: incarnation frames on hub→spoke messages.
+
+Hub→spoke envelopes leave the job through the ``psMessages`` topic and come back as the
+spokes' input. After a failure, Flink restores spokes, hubs and the topic's read offset
+to the last checkpoint, but the topic keeps what hubs wrote after that checkpoint and
+before the failure: messages of a timeline that no longer exists. The restored hubs send
+new messages with the *same* sequence numbers (their channels were restored too), so the
+middleware's de-duplication (:class:`middleware.channel.Inbox`) alone would deliver
+whichever copy comes first, and the dead one comes first.
+
+So every hub→spoke record is framed with the hub kernel's *incarnation* (a random id drawn
+whenever the kernel is created or restored), the incarnation it restored from (``prev``)
+and the channel's ``base``: the sequence number the restored hub resumed at. Messages of
+``prev`` numbered below ``base`` were sent before the checkpoint (still valid, possibly not
+yet read); those at or above it belong to the dead timeline. A restored spoke holds every
+hub message of a channel until the hub answers its ``resync`` (a frame carrying the
+spoke's nonce), which names the hub's current incarnation; then it delivers the held
+messages that are valid, in order, drops the dead ones, and goes on. Kafka keeps each
+channel's records in order (one partition per destination), so every message of an older
+incarnation precedes the answer.
+
+The frame is 37 bytes: ``<BqqIiHHq``: magic ``0xFE``, incarnation, prev (0: none), base,
+network, hub index, spoke index, nonce (0 unless it answers a resync); then the envelope
+bytes, or nothing for a resync answer.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from dataclasses import dataclass, field
+
+from middleware.codec import HEADER
+
+__all__ = ["MAGIC", "FRAME", "frame", "unframe", "is_frame", "new_incarnation", "SpokeChannels"]
+
+MAGIC = 0xFE
+FRAME = struct.Struct("<BqqIiHHq")
+_SEQ = 7  # index of the sequence number in middleware.codec.HEADER
+
+
+def new_incarnation() -> int:
+    """A random non-zero 63-bit id."""
+    return random.SystemRandom().randrange(1, 1 << 63)
+
+
+def frame(inc: int, prev: int, base: int, network: int, hub: int, spoke: int,
+          body: bytes = b"", nonce: int = 0) -> bytes:
+    """A framed hub→spoke record (``body``: envelope bytes, empty for a resync answer)."""
+    return FRAME.pack(MAGIC, inc, prev, base, network, hub, spoke, nonce) + body
+
+
+def is_frame(data: bytes) -> bool:
+    return len(data) >= FRAME.size and data[0] == MAGIC
+
+
+def unframe(data: bytes) -> tuple[tuple[int, int, int, int, int, int, int], bytes]:
+    """``((inc, prev, base, network, hub, spoke, nonce), body)``.
+
+    Raises
+    ------
+    ValueError
+        When ``data`` is not a frame.
+    """
+    if not is_frame(data):
+        raise ValueError(f"not a feedback frame ({len(data)} bytes)")
+    _, *head = FRAME.unpack_from(data)
+    return tuple(head), data[FRAME.size:]  # type: ignore[return-value]
+
+
+def _seq(body: bytes) -> int:
+    return HEADER.unpack_from(body)[_SEQ]
+
+
+@dataclass
+class _Channel:
+    current: int = 0  # the hub incarnation this spoke follows (0: none seen yet)
+    cuts: dict[int, int] = field(default_factory=dict)  # incarnation → first dead seq
+    nonce: int = 0  # != 0 while holding after a restore, until the resync answer
+    held: list[tuple[int, bytes]] = field(default_factory=list)  # (incarnation, body)
+
+
+class SpokeChannels:
+    """A spoke's view of its hub→spoke channels, one per (pipeline, hub).
+
+    Attributes
+    ----------
+    dead : int
+        Messages dropped because they belong to a timeline that a restore discarded.
+    """
+
+    def __init__(self) -> None:
+        self.channels: dict[tuple[int, int], _Channel] = {}
+        self.dead = 0
+
+    def restored(self, network: int, hub: int) -> int:
+        """This spoke was just restored: hold the channel's messages until the hub's
+        answer to a resync with the returned nonce."""
+        ch = self.channels.setdefault((network, hub), _Channel())
+        ch.nonce = new_incarnation()
+        return ch.nonce
+
+    def forget(self, network: int) -> None:
+        """A pipeline was deleted."""
+        for key in [k for k in self.channels if k[0] == network]:
+            del self.channels[key]
+
+    def _valid(self, ch: _Channel, inc: int, body: bytes) -> bool:
+        if inc == ch.current:
+            return True
+        cut = ch.cuts.get(inc)
+        return cut is not None and _seq(body) < cut
+
+    def accept(self, data: bytes) -> tuple[tuple[int, int], list[bytes]]:
+        """Take one framed record; ``((network, hub), envelopes to deliver in order)``.
+
+        Raises
+        ------
+        ValueError
+            When ``data`` is not a frame.
+        """
+        (inc, prev, base, network, hub, _spoke, nonce), body = unframe(data)
+        key = (network, hub)
+        ch = self.channels.setdefault(key, _Channel())
+        if prev:
+            ch.cuts.setdefault(prev, base)
+        if ch.nonce:  # holding after a restore
+            if nonce != ch.nonce:
+                if body:
+                    ch.held.append((inc, body))
+                return key, []
+            ch.nonce, ch.current = 0, inc
+            held, ch.held = ch.held, []
+            out = []
+            for h_inc, h_body in held:
+                if self._valid(ch, h_inc, h_body):
+                    out.append(h_body)
+                else:
+                    self.dead += 1
+            return key, out
+        if not ch.current:
+            ch.current = inc
+        elif inc != ch.current:
+            if prev == ch.current:  # the hub restored without this spoke (not in Flink)
+                ch.current = inc
+            elif not self._valid(ch, inc, body):
+                if body:
+                    self.dead += 1
+                return key, []
+        return key, [body] if body else []
