@@ -55,9 +55,23 @@ class BarrierProbeSpoke(PipelineSpoke):
         if self.since < self.mini_batches:
             return
         self.since = 0
+        self._barrier()
+
+    def _barrier(self) -> None:
         self.round += 1
         self.fitted_when_called.append(self.fitted)
         self.peers[0].barrier(self.round, self.ctx.index).then_sync(self.passed.append)
+
+    def on_query(self, request_id, service=None) -> None:
+        """A Query joins the next barrier when this spoke is not waiting in one, as BSP
+        does (learning/protocols/synchronous.py): spokes get unequal shares of a finite
+        stream, and one waiting at a barrier the others will never reach would hold its
+        records forever."""
+        self.flush()
+        if len(self.passed) == self.round:
+            self.since = 0
+            self._barrier()
+        super().on_query(request_id, service)
 
     def statistics(self) -> dict:
         out = super().statistics()

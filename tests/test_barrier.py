@@ -64,4 +64,14 @@ def test_barrier_on_the_flink_kernel_through_the_broker(broker):
         _, n_train, n_fore = s.stream(X[:N_RECORDS], y[:N_RECORDS], every=0)
         assert (n_train, n_fore) == (N_RECORDS, 0)
         final = s.wait_until_counted(9, N_RECORDS, 0, timeout=120)
-    check_barrier_run(final["spokes"], final["protocol"], final["fitted"])
+    # records reach the spokes by a random key: shares differ, and Queries (which join
+    # the next barrier) close the rounds the stream alone leaves open
+    assert final["fitted"] == N_RECORDS  # nothing lost while paused
+    rounds = [s["rounds"] for s in final["spokes"]]
+    assert all(r >= ROUNDS // 2 for r in rounds)
+    for s in final["spokes"]:
+        # each passed once, in order; the last Query may have opened one more round
+        assert s["passed"] == list(range(1, len(s["passed"]) + 1))
+        assert s["rounds"] - len(s["passed"]) in (0, 1)
+    assert final["protocol"]["barrierCalls"] == sum(rounds)
+    assert final["protocol"]["maxLead"] <= 1  # no spoke ever got a round ahead of a waiting one

@@ -24,8 +24,8 @@ def shuttle_run(broker):
     cfg = local_config(broker.bootstrap_servers, topic_prefix="e2e-", spokes=2, hubs=1)
     with Session(cfg, "e2e-shuttle") as s:
         created = s.request(shuttle_create_request(0), timeout=120)
-        # the producer stays within 2,000 records of the job, as a live source would
-        held, n_train, n_fore = s.stream(X, y, between=s.keep_pace(0, lag=2000), chunk=2000)
+        # the producer stays within 1,000 records of the job, as a live source would
+        held, n_train, n_fore = s.stream(X, y, between=s.keep_pace(0, lag=1000), chunk=500)
         final = s.wait_until_counted(0, n_train, n_fore, timeout=240)
         preds = s.predictions_of(0)
         # a Query fits the last partial mini-batch, which may push: wait until that last
@@ -65,8 +65,9 @@ def test_accuracy_is_honest_and_meets_the_bar(shuttle_run):
     assert final["prequentialAccuracy"] >= 0.99
     held, preds = shuttle_run["held"], shuttle_run["preds"]
     forecast = sum(preds[i] == label for i, label in held.items()) / len(held)
-    # held-out records are predicted within ~2,000 records of their place in the file
+    # held-out records are predicted within ~1,000 records of their place in the file
     # (without keep_pace, a backlog let forecasting run ahead: 0.968-0.995 seen)
+    print(f"held-out accuracy {forecast:.4f}")
     assert forecast >= 0.98
     assert 0 < final["meanLoss"] < 0.1
 
