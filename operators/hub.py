@@ -1,7 +1,7 @@
 """The hub operator: a ``KeyedProcessFunction`` keyed by hub id (one hub per subtask; see
-:mod:`operators.routing`). It hosts one hub node per pipeline; hub→spoke envelopes go to
-the main output (the ``psMessages`` Kafka topic, read back by the spokes), responses to a
-side output.
+:mod:`operators.routing`). It hosts one hub node per pipeline; hub→spoke envelopes, in
+incarnation frames (:mod:`operators.feedback`), go to the main output (the ``psMessages``
+Kafka topic, read back by the spokes), responses to a side output.
 
 Everything a hub holds (its pipelines' hub nodes with the global model shards, protocol
 state, middleware sequence numbers and pending promises, the lifecycle bookkeeping) is one
@@ -26,9 +26,9 @@ from learning.protocols import make_hub
 from learning.requests import parse_request
 from middleware import HUB, codec
 from middleware.errors import CodecError
-from operators.routing import subtask_index
 from operators.feedback import frame, new_incarnation
 from operators.metrics import HUB_METRICS, OperatorMetrics
+from operators.routing import subtask_index
 from operators.snapshot import Snapshot
 from operators.spoke import DEFAULT_LIMITS, error_response, import_protocols
 

@@ -8,9 +8,9 @@ the record's JSON: an object ``{"id", "features", "label"}`` or a JSON array of 
 cross from the JVM into Python once, here: parse, route to every pipeline, preprocess,
 predict or buffer into a mini-batch, fit.
 
-Input 2 carries messages as bytes: hub→spoke envelopes (first byte 0xFF, read back from
-the ``psMessages`` topic: the Kafka feedback loop) and JSON control requests, which reach
-every spoke (broadcast).
+Input 2 carries messages as bytes: hub→spoke envelopes in incarnation frames (first byte
+0xFE, :mod:`operators.feedback`, read back from the ``psMessages`` topic: the Kafka
+feedback loop) and JSON control requests, one copy per spoke key.
 
 Outputs: predictions (main output, JSON strings), spoke→hub messages (side output
 ``(hub_key, bytes)``, keyed by hub id downstream), responses and dead letters (JSON).
@@ -44,9 +44,9 @@ from learning.requests import parse_request
 from middleware import SPOKE, codec
 from middleware.errors import CodecError
 from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
-from operators.routing import subtask_index
 from operators.feedback import SpokeChannels, is_frame
 from operators.metrics import SPOKE_METRICS, OperatorMetrics
+from operators.routing import subtask_index
 from operators.snapshot import Snapshot
 
 __all__ = ["SpokeFunction", "SpokeKernel", "DEFAULT_LIMITS", "error_response", "import_protocols"]
