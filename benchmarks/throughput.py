@@ -61,6 +61,14 @@ def main() -> None:
                       f"{s['bytes_to_hubs'] / s['fitted']:10.2f} {s['bytes_to_spokes'] / s['fitted']:12.2f} "
                       f"{fmt(s['feedback_round_trip_ms_p50']):>11s} {fmt(s['feedback_round_trip_ms_p95']):>11s}",
                       flush=True)
+    # the cost of fault tolerance: checkpoints every second (the kernels in keyed state)
+    for mode in ("thread", "process"):
+        s = run_demo(execution_mode=mode, progress=False, out=io.StringIO(),
+                     checkpoint_interval_ms=1000)
+        name = f"omldm {mode} mode, checkpoints every 1 s"
+        print(f"{name:44s} {s['records_per_second']:10,.0f} {s['prequential_accuracy']:11.4f} "
+              f"{s['bytes_to_hubs'] / s['fitted']:10.2f} {s['bytes_to_spokes'] / s['fitted']:12.2f}",
+              flush=True)
 
 
 if __name__ == "__main__":

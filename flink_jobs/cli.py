@@ -55,7 +55,8 @@ def _demo(args: argparse.Namespace) -> int:
                        hubs=args.hubs, execution_mode=args.mode, limit=args.limit,
                        records_per_message=args.records_per_message,
                        mini_batch_size=args.mini_batch_size, timeout=args.timeout,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress,
+                       checkpoint_interval_ms=args.checkpoint_interval_ms)
     print(orjson.dumps(summary).decode(), flush=True)
     return 0
 
@@ -355,6 +356,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--mini-batch-size", type=int, default=32)
     demo.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the counts")
     demo.add_argument("--no-progress", action="store_true")
+    demo.add_argument("--checkpoint-interval-ms", type=int, default=0,
+                      help="checkpoint every N ms (default 0: off)")
 
     serve = command("serve", "run the job as a service on a local MiniCluster", _serve)
     serve.add_argument("--embedded-broker", action="store_true",
