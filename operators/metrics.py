@@ -18,7 +18,8 @@ updates                    hub    updates applied to the global model (synchroni
 messagesToSpokes/...       hub    envelopes and bytes sent to spokes, received from them
 =========================  =====  ==========================================================
 
-and, without the pipeline group, the kernel's service counters (``requestsAccepted``,
+a meter ``fittedPerSecond`` per pipeline on spokes (records fitted per second, Flink's
+``MeterView`` over 60 s), and, without the pipeline group, the kernel's service counters (``requestsAccepted``,
 ``requestsRejected``, ``badMessages``, ``handlerErrors``, ``recordsWithoutPipeline``,
 ``restores``).
 
@@ -83,6 +84,7 @@ class OperatorMetrics:
         self.next = 0.0
         self.counters: dict[tuple, Any] = {}
         self.values: dict[tuple, int] = {}
+        self.meters: dict[int, Any] = {}
 
     def _set(self, key: tuple, value: int) -> None:
         counter = self.counters.get(key)
@@ -93,6 +95,12 @@ class OperatorMetrics:
         delta = int(value) - self.values[key]
         if delta > 0:
             counter.inc(delta)
+            if key[-1] == "fitted" and len(key) == 2:
+                meter = self.meters.get(key[0])
+                if meter is None:
+                    meter = self.meters[key[0]] = self.group.add_group(
+                        "pipeline", str(key[0])).meter("fittedPerSecond")
+                meter.mark_event(delta)
         elif delta < 0:  # after a restore the statistics may go back
             counter.dec(-delta)
         self.values[key] = int(value)

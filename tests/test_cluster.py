@@ -90,7 +90,10 @@ def run(broker, tmp_path_factory):
             cluster.wait_for_checkpoint(job, min_completed=len(
                 cluster.checkpoints(job).get("history", [])) + 2, timeout=120)
 
-            # 2. 8,000 more records written, then at once a TaskManager running the job dies
+            # 2. a bad record, a bad request and 8,000 more records written, then at once a
+            # TaskManager running the job dies
+            s.producer.send(cfg.topics.training, {"id": -1, "features": "not a list", "label": 1})
+            bad_request = s.send_request({"id": 0, "request": "Frobnicate", "requestId": "bad-1"})
             more, b_train, b_fore = s.stream(X[24000:32000], y[24000:32000], first_id=24000)
             held.update(more)
             pids = cluster.taskmanager_pids_of_job(job)
@@ -108,8 +111,14 @@ def run(broker, tmp_path_factory):
             held.update(rest)
             n_train, n_fore = a_train + b_train + c_train, a_fore + b_fore + c_fore
             final = s.wait_until_counted(0, n_train, n_fore, timeout=400)
+            answers = [s.response(bad_request, timeout=30)]
+            try:
+                while True:  # a request handled after the last checkpoint is answered again
+                    answers.append(s.response(bad_request, timeout=2))
+            except TimeoutError:
+                pass
             out.update(before=before, after=after, final=final, held=held, n_train=n_train,
-                       n_fore=n_fore, preds=s.predictions_of(0),
+                       n_fore=n_fore, preds=s.predictions_of(0), bad_answers=answers,
                        restarts=cluster.restarts(job))
             yield out
         finally:
@@ -122,7 +131,12 @@ def test_every_record_is_counted_exactly_once_across_the_failure(run):
     assert run["n_train"] + run["n_fore"] == 49_097
     assert final["fitted"] == run["n_train"] and final["predicted"] == run["n_fore"]
     assert sum(final["fittedPerSpoke"]) == run["n_train"]
-    assert final["rejected"] == 0
+    # the bad record: refused and counted once; the bad request: refused by every spoke
+    # once (2 spokes), answered with one error (possibly repeated, identical, on the topic)
+    assert final["rejected"] == 1
+    assert final["service"]["requestsRejected"] == 2
+    errors = {(a["status"], a["error"]["code"]) for a in run["bad_answers"]}
+    assert len(errors) == 1 and next(iter(errors))[0] == "error", run["bad_answers"]
     # predictions sink is at-least-once: a replayed record may be answered twice, by id
     assert set(run["preds"]) == set(run["held"])
     assert final["service"]["restores"] >= 1  # the spokes came back from Flink state
@@ -166,6 +180,7 @@ def test_flink_metrics_reach_prometheus(run):
     assert metric_sum(text, "omldm_pipeline_predicted") == run["n_fore"]
     assert metric_sum(text, "omldm_pipeline_messagesToHubs") > 0
     assert metric_sum(text, "omldm_pipeline_updates") > 0  # the hub's
+    assert "omldm_pipeline_fittedPerSecond" in text  # a meter
     assert 0.99e6 <= metric_sum(text, "omldm_pipeline_prequentialAccuracyPpm") / 2 <= 1e6
 
 
