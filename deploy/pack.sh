@@ -9,7 +9,7 @@
 #                      (skipped with --no-venv; several minutes and ~1 GB: torch, pyflink)
 #   omldm-src.zip      the packages flink_jobs learning middleware operators deploy, for `-pyfs`
 #   jars/              flink-connector-kafka.jar and kafka-clients.jar (sha256-checked by
-#                      deploy/assets.py), for `-Dpipeline.jars=...`
+#                      deploy/assets.py), for `flink run -C URL` (once per jar)
 # and prints the `flink run` command that uses them.
 #
 # PYTHON=/path/to/python3.11 picks the interpreter the venv is built from. A venv is not
@@ -119,7 +119,8 @@ fi
 # needs pyflink and omldm's requirements: the project's .venv from bootstrap.sh does.
 client_python="$root/.venv/bin/python"
 [ -x "$client_python" ] || client_python="<python with omldm's requirements>"
-jars="$(IFS=';'; echo "${jar_urls[*]}")"
+jars=""
+for u in "${jar_urls[@]}"; do jars="$jars -C $u"; done
 echo
 echo "# submit (FLINK_HOME: a Flink 2.0.1 distribution configured for your cluster, or"
 echo "#   \$(\"$client_python\" -c 'import pyflink,os;print(os.path.dirname(pyflink.__file__))'))"
@@ -131,6 +132,6 @@ else
   echo "  -pyexec <python with omldm installed, same path on every TaskManager> \\"
 fi
 echo "  -pyfs \"$out/omldm-src.zip\" \\"
-echo "  -Dpipeline.jars=\"$jars\" \\"
+echo " $jars \\"
 echo "  -py \"$root/flink_jobs/flink_run.py\" \\"
 echo "  --bootstrap-servers HOST:PORT --spokes 2 --hubs 1 --mode process"

@@ -1,8 +1,8 @@
 """Entry point for ``flink run -py`` on a session cluster (standalone, Kubernetes, YARN)::
 
-    flink run -d -py flink_jobs/flink_run.py -pyexec .venv/bin/python \\
-        -Dpipeline.jars="file:///…/flink-connector-kafka.jar;file:///…/kafka-clients.jar" \\
-        --bootstrap-servers HOST:PORT --spokes 2 --hubs 1
+    flink run -d -pyexec .venv/bin/python -pyclientexec .venv/bin/python \\
+        -C file:///…/flink-connector-kafka.jar -C file:///…/kafka-clients.jar \\
+        -py flink_jobs/flink_run.py --bootstrap-servers HOST:PORT --spokes 2 --hubs 1
 
 Checkpointing is on by default (10 s, exactly-once barriers; storage from
 ``--checkpoint-dir`` or the cluster's ``execution.checkpointing.dir``) and spokes run in

@@ -78,7 +78,7 @@ ship_options() {
     -pyclientexec "$client_python"
     -pyarch "$pyarch#venv" -pyexec venv/bin/python
     -pyfs "$dist/omldm-src.zip"
-    "-Dpipeline.jars=file://$dist/jars/flink-connector-kafka.jar;file://$dist/jars/kafka-clients.jar"
+    -C "file://$dist/jars/flink-connector-kafka.jar" -C "file://$dist/jars/kafka-clients.jar"
   )
 }
 
