@@ -52,6 +52,9 @@ DATASETS: dict[str, tuple[list, dict, dict]] = {
                {"miniBatchSize": 16, "miniBatches": 1}),
 }
 
+#: passes over scikit-learn's digits (1,797 images) in the experiment's stream
+DIGITS_PASSES = 3
+
 #: dataset → PyFlink execution mode: PyTorch cannot run in thread mode's embedded
 #: interpreter, so the MLP runs in process mode
 EXECUTION_MODE = {"shuttle": "thread", "digits": "process"}
@@ -79,11 +82,14 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
         ("SSP", None, {"staleness": 2}),
         ("EASGD", None, {"alpha": 0.25}),
         ("Adaptive", None, {"alpha": 0.25, "lossThreshold": 50.0}),
-        ("FDA", "naive", {"threshold": 8.0}),  # papers/002 §5.1.1: Θ = 8 for the DL task
-        ("FDA", "linear", {"threshold": 8.0}),
-        ("FDA", "sketch", {"threshold": 8.0, "precision": 0.25}),
-        ("EVENFLOW", "basic", {"threshold": 8.0, "monitoredFunction": "l2"}),
-        ("EVENFLOW", "fast", {"threshold": 8.0, "monitoredFunction": "l2", "coefficients": 50}),
+        # papers/002 §5.1.1 uses Θ = 8 for its DL task; per variant here, chosen on the
+        # in-process kernel (3 passes) as the largest Θ within 0.01 of BSP's accuracy
+        # among {1, 2, 4, 6, 8}
+        ("FDA", "naive", {"threshold": 4.0}),
+        ("FDA", "linear", {"threshold": 6.0}),
+        ("FDA", "sketch", {"threshold": 4.0, "precision": 0.25}),
+        ("EVENFLOW", "basic", {"threshold": 6.0, "monitoredFunction": "l2"}),
+        ("EVENFLOW", "fast", {"threshold": 2.0, "monitoredFunction": "l2", "coefficients": 50}),
     ],
 }
 
@@ -98,7 +104,9 @@ def load(dataset: str) -> tuple[np.ndarray, np.ndarray]:
         from sklearn.datasets import load_digits
 
         X, y = load_digits(return_X_y=True)
-        return X.astype(np.float64), y
+        # three passes in file order (5,391 records): one pass (1,797) is over before
+        # the dynamic protocols' first rounds end on a cluster
+        return np.tile(X.astype(np.float64), (DIGITS_PASSES, 1)), np.tile(y, DIGITS_PASSES)
     raise ValueError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
 
 

@@ -44,8 +44,15 @@ bytes); while ``Σ c_i ≤ k`` the sum is provably ≤ 0. When ``Σ c_i > k`` th
 polls every spoke; the spokes answer with their states ``S_i`` and pause. If
 ``F(S) > Θ`` (or ``F(S) > (1 − ε_ψ)Θ``, ``ε_ψ = 0.01``: a zone too thin to monitor), the
 round ends with a model synchronization; otherwise ``E ← S``, a new safe function is built
-and monitoring goes on. (FGM's subrounds, which first poll only the scalars ``φ(E + X_i)``,
-are not implemented: every poll collects the states.)
+and monitoring goes on.
+
+FGM subrounds (sketch variant). A sketch state is ``1 + rows·cols`` floats (641 at the
+default precision), so before collecting states the coordinator first asks only for the
+scalars ``z_i = φ(E + X_i)``: with ``ψ = Σ z_i``, if ``ψ < ε_ψ·k·φ(E)`` the estimate still
+has room and a new subround starts with quantum ``θ' = −ψ/(2k)`` and each spoke counting
+``c_i = ⌊(φ(E + X_i) − z_i)/θ'⌋`` (again ``Σ c_i ≤ k ⇒ Σ φ ≤ ψ + 2kθ' = 0``); otherwise
+the states are polled as above. For naive and linear the state is one or two floats, so
+a poll costs what a subround costs and tells more: they always poll.
 
 Nobody ever waits on a spoke's stream, so a finite stream cannot leave a round open.
 """
@@ -253,9 +260,12 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         self.sk_rows, self.sk_cols = sketch_shape(self.eps) if self.variant == "sketch" else (0, 0)
         self.fda_round = 0
         self.fgm = 0
-        self.polls = self.continued = self.violations = 0
+        self.sub = 0
+        self.polls = self.continued = self.violations = self.subrounds = 0
         self.decisions: list[tuple[int, str, float]] = []
         self._counts: dict[int, int] = {}
+        self._zetas: dict[int, float] = {}
+        self._phi_zero: float | None = None  # φ(E) of the current estimate (sketch)
         self._polling = False
         self._states: dict[int, tuple[np.ndarray, int]] = {}
         self._answer: BroadcastPromise | None = None
@@ -265,15 +275,46 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         self.theta = threshold_of(self.request.training_configuration)
 
     @remote(oneway=True)
-    def increment(self, round_: int, fgm: int, spoke: int, count: int) -> None:
-        """Spoke ``spoke``'s FGM counter (cumulative) in estimate ``fgm`` of round ``round_``."""
-        if (round_, fgm) != (self.fda_round, self.fgm) or self._polling:
+    def increment(self, round_: int, fgm: int, spoke: int, count: int, sub: int = 0) -> None:
+        """Spoke ``spoke``'s FGM counter (cumulative) in subround ``sub`` of estimate
+        ``fgm`` of round ``round_``."""
+        if (round_, fgm, sub) != (self.fda_round, self.fgm, self.sub) or self._polling:
             return
         self._counts[spoke] = max(self._counts.get(spoke, 0), int(count))
         if sum(self._counts.values()) > self.n_peers:
             self._polling = True
-            self.polls += 1
-            self.broadcast.poll(round_, fgm)
+            if self.variant == "sketch":
+                self._zetas = {}
+                self.broadcast.zeta(round_, fgm, sub).then(self._on_zeta)
+            else:
+                self._poll()
+
+    def _poll(self) -> None:
+        self.polls += 1
+        self.broadcast.poll(self.fda_round, self.fgm)
+
+    def _on_zeta(self, reply) -> None:
+        """One spoke's ``[spoke, φ(E + X_i)]`` (None: it was not in this subround)."""
+        if reply is None:
+            self._zetas[-1 - len(self._zetas)] = math.nan
+        else:
+            self._zetas[int(reply[0])] = float(reply[1])
+        if len(self._zetas) < self.n_peers:
+            return
+        psi = sum(self._zetas.values())
+        k = self.n_peers
+        if self._phi_zero is None:
+            n = 1 + self.sk_rows * self.sk_cols
+            self._phi_zero = safe_function(self.variant, self.theta, np.zeros(n), self.eps,
+                                           self.sk_rows, self.sk_cols)(np.zeros(n))
+        if math.isfinite(psi) and psi < EPSILON_PSI * k * self._phi_zero:
+            self.sub += 1
+            self.subrounds += 1
+            self._counts = {}
+            self._polling = False
+            self.broadcast.subround(self.fda_round, self.fgm, self.sub, -psi / (2 * k))
+        else:
+            self._poll()
 
     @remote
     def state(self, round_: int, fgm: int, spoke: int, S: np.ndarray, size: int) -> BroadcastPromise:
@@ -305,21 +346,25 @@ class FunctionalDynamicAveragingHub(AveragingHub):
             phi = safe_function(self.variant, self.theta, S, self.eps, self.sk_rows, self.sk_cols)
         self._counts = {}
         self._polling = False
+        self.sub = 0
         if phi is None:
             self.violations += 1
             self.decisions.append((self.fda_round, "sync", value))
             self.fda_round += 1
             self.fgm = 0
+            self._phi_zero = None
             return {"action": "sync"}
         self.continued += 1
         self.decisions.append((self.fda_round, "continue", value))
         self.fgm += 1
+        self._phi_zero = phi(S)
         return {"action": "continue", "E": S, "safe": phi.params, "theta": -phi(S) / 2.0}
 
     def global_statistics(self) -> dict:
         out = super().global_statistics()
         out.update({"variant": self.variant, "threshold": self.theta, "polls": self.polls,
-                    "continued": self.continued, "violations": self.violations})
+                    "subrounds": self.subrounds, "continued": self.continued,
+                    "violations": self.violations})
         return out
 
 
@@ -381,9 +426,11 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         self.zero = self.phi(self.E)
         self.quantum = -self.zero / 2.0 if quantum is None else float(quantum)
         self.fgm = 0 if E is None else self.fgm + 1
+        self.sub = 0
         self.sent = 0
         self.polled = False
         self._in_sync = False
+        self._z: float | None = None
 
     # -- monitoring ------------------------------------------------------------------------
     def after_batch(self, n_records: int) -> None:
@@ -394,7 +441,24 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         if count > self.sent:
             self.sent = count
             self.increments += 1
-            self.peers[0].increment(self.fda_round, self.fgm, self.ctx.index, count)
+            self.peers[0].increment(self.fda_round, self.fgm, self.ctx.index, count, self.sub)
+
+    @remote
+    def zeta(self, round_: int, fgm: int, sub: int):
+        """FGM subround check: ``[spoke, φ(E + X_i)]``, or None when this spoke is not in
+        that subround (the coordinator then polls the states)."""
+        if (round_, fgm, sub) != (self.fda_round, self.fgm, self.sub) or self.polled \
+                or self._in_sync:
+            return None
+        self._z = float(self.phi(self.E + self.local_state() - self.R))
+        return [self.ctx.index, self._z]
+
+    @remote(oneway=True)
+    def subround(self, round_: int, fgm: int, sub: int, quantum: float) -> None:
+        """A new subround: count from the value this spoke reported, in steps of ``quantum``."""
+        if (round_, fgm) != (self.fda_round, self.fgm) or self.polled or self._z is None:
+            return
+        self.sub, self.zero, self.quantum, self.sent = sub, self._z, float(quantum), 0
 
     @remote(oneway=True)
     def poll(self, round_: int, fgm: int) -> None:
