@@ -61,6 +61,10 @@ class Inbox:
         self._expected[src] = expected
         return out
 
+    def expected(self, src: int) -> int:
+        """The sequence number this inbox waits for next from ``src``."""
+        return self._expected.get(src, 0)
+
     @property
     def waiting(self) -> int:
         """Envelopes buffered behind a gap."""

@@ -25,6 +25,7 @@ from learning.errors import RequestError
 from learning.protocols import make_hub
 from learning.requests import parse_request
 from middleware import HUB, codec
+from middleware.codec import HEADER
 from middleware.errors import CodecError
 from operators.feedback import frame, new_incarnation
 from operators.metrics import HUB_METRICS, OperatorMetrics
@@ -36,6 +37,7 @@ __all__ = ["HubFunction", "HubKernel"]
 
 log = logging.getLogger(__name__)
 LOG_EVERY_S = 5.0  # seconds between a pipeline's progress lines in the job's log
+RESEND_AFTER_S = 2.0  # an unacknowledged hub→spoke frame older than this is sent again
 
 
 class _HubContext:
@@ -100,6 +102,9 @@ class HubKernel:
         self.incarnation = new_incarnation()
         self.prev_incarnation = 0
         self.bases: dict[tuple[int, int], int] = {}
+        # frames sent and not yet acknowledged, per (network, spoke): (seq, time, frame)
+        self.unacked: dict[tuple[int, int], list[tuple[int, float, bytes]]] = {}
+        self.resent = 0
 
     def restored(self) -> None:
         """This kernel was just rebuilt from a checkpoint or savepoint: a new incarnation,
@@ -110,15 +115,33 @@ class HubKernel:
                       for network, node in self.nodes.items() for s in range(self.n_spokes)}
 
     def send(self, network: int, hub: int, spoke: int, data: bytes = b"", nonce: int = 0) -> None:
-        """A hub→spoke record for psMessages: ``data`` (envelope bytes) in a frame."""
-        self.out.append((None, frame(self.incarnation, self.prev_incarnation,
-                                     self.bases.get((network, spoke), 0), network, hub, spoke,
-                                     data, nonce)))
+        """A hub→spoke record for psMessages: ``data`` (envelope bytes) in a frame, kept
+        until the spoke acknowledges it (see :meth:`acknowledged`)."""
+        record = frame(self.incarnation, self.prev_incarnation,
+                       self.bases.get((network, spoke), 0), network, hub, spoke, data, nonce)
+        if data:
+            self.unacked.setdefault((network, spoke), []).append(
+                (HEADER.unpack_from(data)[7], time.monotonic(), record))
+        self.out.append((None, record))
+
+    def acknowledged(self, network: int, spoke: int, expected: int) -> None:
+        """Spoke ``spoke`` has delivered everything of ``network`` numbered below
+        ``expected``: forget those frames, and send again the ones it still lacks that
+        left more than :data:`RESEND_AFTER_S` seconds ago (a record the feedback topic
+        holds but the job's source never delivered: seen with the local broker)."""
+        pending = [f for f in self.unacked.get((network, spoke), []) if f[0] >= expected]
+        now = time.monotonic()
+        for i, (seq, sent, record) in enumerate(pending):
+            if now - sent > RESEND_AFTER_S:
+                pending[i] = (seq, now, record)
+                self.out.append((None, record))
+                self.resent += 1
+        self.unacked[(network, spoke)] = pending
 
     def service(self) -> dict:
         """This hub's service counters (also Flink metrics)."""
         return {"badMessages": self.dropped, "handlerErrors": self.handler_errors,
-                "restores": self.restores}
+                "restores": self.restores, "framesResent": self.resent}
 
     def emit(self, value: dict) -> None:
         self.out.append(("responses", orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()))
@@ -173,6 +196,9 @@ class HubKernel:
         same order); the hub acts on the first copy and answers after the last."""
         if msg["op"] == "resync":  # a restored spoke asks where this hub's timeline is
             self.send(int(msg["network"]), hub, int(msg["spoke"]), nonce=int(msg["nonce"]))
+            return
+        if msg["op"] == "ack":
+            self.acknowledged(int(msg["network"]), int(msg["spoke"]), int(msg["expected"]))
             return
         op, n = msg["op"], msg["n"]
         req = parse_request(msg["request"])

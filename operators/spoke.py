@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 from collections import deque
 from typing import Any
 
@@ -52,6 +53,7 @@ from operators.snapshot import Snapshot
 __all__ = ["SpokeFunction", "SpokeKernel", "DEFAULT_LIMITS", "error_response", "import_protocols"]
 
 log = logging.getLogger(__name__)
+NUDGE_EVERY_S = 1.0  # a paused spoke acknowledges its hub channels at most this often
 _TRAIN = "T"  # the SQL source's tag of training records; forecasting ones are "P"
 
 
@@ -115,6 +117,7 @@ class _SpokeContext:
 
     def send(self, dst_index: int, data: bytes) -> None:
         self._op.out.append((_HUBS, (self._op.hub_keys[dst_index], data)))
+        self._op.acknowledge(self.network, dst_index)
 
     def pause_stream(self) -> None:
         self._op.paused += 1
@@ -176,6 +179,34 @@ class SpokeKernel:
         self.handler_errors = 0
         self.restores = 0  # times this spoke was rebuilt from a checkpoint or savepoint
         self.feedback = SpokeChannels()  # incarnation frames of hub messages (operators.feedback)
+        self.acked: dict[tuple[int, int], int] = {}  # (network, hub) -> last acknowledged
+        self.nudged = 0.0
+
+    def acknowledge(self, network: int, hub: int, force: bool = False) -> None:
+        """Tell hub ``hub`` how far pipeline ``network``'s channel from it got, when that
+        changed since the last time (or ``force``): the hub forgets what was delivered
+        and sends again what is overdue (:meth:`operators.hub.HubKernel.acknowledged`)."""
+        node = self.nodes.get(network)
+        if node is None:
+            return
+        expected = node._inbox.expected(hub)
+        key = (network, hub)
+        if not force and self.acked.get(key) == expected:
+            return
+        self.acked[key] = expected
+        self.out.append((_HUBS, (self.hub_keys[hub], orjson.dumps(
+            {"op": "ack", "spoke": self.index, "network": network, "expected": expected}))))
+
+    def _nudge(self) -> None:
+        """While waiting on hubs (stream paused), acknowledge every channel at most once
+        per :data:`NUDGE_EVERY_S` seconds: a hub answer lost on the way is sent again."""
+        now = time.monotonic()
+        if now - self.nudged < NUDGE_EVERY_S:
+            return
+        self.nudged = now
+        for network, node in self.nodes.items():
+            for j in range(node.ctx.n_hubs):
+                self.acknowledge(network, j, force=True)
 
     def restored(self) -> None:
         """This kernel was just rebuilt from a checkpoint or savepoint: hold each hub's
@@ -197,6 +228,7 @@ class SpokeKernel:
         if self.paused or self.backlog:
             self.backlog.append(line)
             if self.paused:
+                self._nudge()
                 return
             self._run_backlog()
         else:
@@ -339,6 +371,8 @@ class SpokeKernel:
                                         "request": req.to_json()})
 
     def _query(self, req) -> None:
+        if self.paused:
+            self._nudge()
         self._node(req).on_query(req.request_id, self.service())
 
     def _update(self, req) -> None:

@@ -74,3 +74,32 @@ def test_without_restores_frames_are_transparent():
     records = [msg(100, 0, 0, s, "a") for s in range(5)]
     assert delivered(ch, records) == [(s, "a") for s in range(5)]
     assert ch.dead == 0
+
+
+def test_a_hub_sends_again_what_a_spoke_still_lacks_and_forgets_what_it_got(monkeypatch):
+    """A record on psMessages that the job's source never delivered (seen with the local
+    broker) stalls a round; the spoke's acknowledgement gets it sent again."""
+    import operators.hub as hub_module
+    from operators.hub import HubKernel
+
+    hub = HubKernel(hub=0, n_spokes=2)
+    for seq in range(3):
+        hub.send(NET, HUB0, SPOKE0, body(seq, "a"))
+    sent, hub.out = [r for _, r in hub.out], []
+    hub.acknowledged(NET, SPOKE0, expected=1)  # 0 arrived; 1 and 2 are recent: in flight
+    assert hub.out == [] and [s for s, _, _ in hub.unacked[(NET, SPOKE0)]] == [1, 2]
+    now = hub_module.time.monotonic()
+    monkeypatch.setattr(hub_module.time, "monotonic", lambda: now + hub_module.RESEND_AFTER_S + 1)
+    hub.acknowledged(NET, SPOKE0, expected=1)  # still missing after the wait: sent again
+    assert [r for _, r in hub.out] == sent[1:] and hub.resent == 2
+    hub.out = []
+    hub.acknowledged(NET, SPOKE0, expected=3)  # everything arrived: nothing kept
+    assert hub.out == [] and hub.unacked[(NET, SPOKE0)] == []
+    # copies of what already arrived pass the frames and are dropped by the node's inbox
+    from middleware.channel import Inbox
+
+    ch, inbox, got = SpokeChannels(), Inbox(), []
+    for r in sent + sent[1:]:
+        for b in ch.accept(r)[1]:
+            got += [e.seq for e in inbox.accept(codec.decode(b))]
+    assert got == [0, 1, 2] and inbox.duplicates == 2
