@@ -109,14 +109,7 @@ class PAClassifier(LinearClassifier):
                 want_predictions: bool) -> tuple[list | None, float]:
         """One PA step per record (see :meth:`LinearClassifier._stream`)."""
         n, d = X.shape
-        # Row -1 of XA[i] is the record as learned, row 0 as predicted; last column: 1.
-        XA = np.ones((n, 1 if X_test is None else 2, d + 1))
-        XA[:, -1, :d] = X
-        if X_test is not None:
-            XA[:, 0, :d] = X_test
-        XU = XA[:, -1, :].copy()  # update direction, intercept column 1 or 0
-        if not self.learn_intercept:
-            XU[:, d] = 0.0
+        XA, XU = self._augmented(X, X_test)  # (n, 1|2, d+1) as learned/predicted; steps
         sq = np.einsum("ij,ij->i", X, X).tolist()
         C, mode = float(self.C), self.mode
         half_C = 0.5 / C

@@ -116,14 +116,7 @@ class OnlineSVM(LinearClassifier):
                 want_predictions: bool) -> tuple[list | None, float]:
         """One Pegasos step per record (see :meth:`LinearClassifier._stream`)."""
         n, d = X.shape
-        # Row -1 of XA[i] is the record as learned, row 0 as predicted; last column: 1.
-        XA = np.ones((n, 1 if X_test is None else 2, d + 1))
-        XA[:, -1, :d] = X
-        if X_test is not None:
-            XA[:, 0, :d] = X_test
-        XU = XA[:, -1, :].copy()  # step direction: intercept column 1 or 0
-        if not self.learn_intercept:
-            XU[:, d] = 0.0
+        XA, XU = self._augmented(X, X_test)  # (n, 1|2, d+1) as learned/predicted; steps
         lam = float(self.lam)
         radius2 = 1.0 / (2.0 * lam) if self.projection else math.inf
         index = self._labels
