@@ -113,7 +113,9 @@ class _SpokeContext:
         self.n_hubs = n_hubs
         self.max_message_bytes = op.max_message_bytes
         self.max_response_params = op.limits["max_response_params"]
-        self.pauses = 0  # this node's share of the operator's pause count
+        self.pauses = 0  # calls this pipeline's stream waits on (then_sync)
+        # this pipeline's records that arrived while it was paused: (training?, record)
+        self.backlog: deque[tuple[bool, dict]] = deque()
 
     def send(self, dst_index: int, data: bytes) -> None:
         self._op.out.append((_HUBS, (self._op.hub_keys[dst_index], data)))
@@ -124,6 +126,7 @@ class _SpokeContext:
         self.pauses += 1
 
     def resume_stream(self) -> None:
+        # the kernel feeds the backlog once the message being handled is done
         self._op.paused -= 1
         self.pauses -= 1
 
@@ -169,8 +172,7 @@ class SpokeKernel:
         self.execution_mode = execution_mode
         self.nodes: dict[int, Any] = {}
         self.out: list[tuple[Any, Any]] = []
-        self.paused = 0
-        self.backlog: deque[str] = deque()
+        self.paused = 0  # pauses over all pipelines (each pipeline pauses only itself)
         self.records_without_pipeline = 0
         self.bad_messages = 0
         self.requests_accepted = 0
@@ -224,21 +226,14 @@ class SpokeKernel:
 
     # -- data ----------------------------------------------------------------------------
     def on_data(self, line: str) -> None:
-        """A training (``T``) or forecasting (``P``) line from the SQL source."""
-        if self.paused or self.backlog:
-            self.backlog.append(line)
-            if self.paused:
-                self._nudge()
-                return
-            self._run_backlog()
-        else:
-            self._data(line)
+        """A training (``T``) or forecasting (``P``) line from the SQL source.
 
-    def _run_backlog(self) -> None:
-        while self.backlog and not self.paused:
-            self._data(self.backlog.popleft())
-
-    def _data(self, line: str) -> None:
+        Each record goes to every pipeline; a pipeline whose stream is paused (waiting on
+        its hubs, ``then_sync``) holds it in its own backlog, in order, and the other
+        pipelines go on: one pipeline's synchronization never holds up another's.
+        """
+        if self.paused:
+            self._nudge()
         try:
             obj = orjson.loads(line[1:])
         except orjson.JSONDecodeError as exc:
@@ -252,18 +247,33 @@ class SpokeKernel:
             if not self.nodes:
                 self.records_without_pipeline += 1
                 continue
-            features = rec["features"]
             for nid, node in self.nodes.items():
-                try:
-                    if train:
-                        node.on_train(features, rec.get("label"))
-                    else:
-                        self.out.append((None, orjson.dumps(
-                            {"id": rec.get("id"), "pipeline": nid, "spoke": self.index,
-                             "prediction": node.on_predict(features)}).decode()))
-                except RecordRejected as exc:
-                    self.emit("deadLetters", {"pipeline": nid, "spoke": self.index,
-                                              "reason": str(exc), "record": rec})
+                ctx = node.ctx
+                if ctx.pauses or ctx.backlog:
+                    ctx.backlog.append((train, rec))
+                else:
+                    self._record(nid, node, train, rec)
+
+    def _record(self, nid: int, node, train: bool, rec: dict) -> None:
+        """One record into one pipeline: fit (buffer into a mini-batch) or predict."""
+        features = rec["features"]
+        try:
+            if train:
+                node.on_train(features, rec.get("label"))
+            else:
+                self.out.append((None, orjson.dumps(
+                    {"id": rec.get("id"), "pipeline": nid, "spoke": self.index,
+                     "prediction": node.on_predict(features)}).decode()))
+        except RecordRejected as exc:
+            self.emit("deadLetters", {"pipeline": nid, "spoke": self.index,
+                                      "reason": str(exc), "record": rec})
+
+    def _run_backlogs(self) -> None:
+        """Feed each resumed pipeline what it held, until it is done or pauses again."""
+        for nid, node in list(self.nodes.items()):
+            backlog = node.ctx.backlog
+            while backlog and not node.ctx.pauses and nid in self.nodes:
+                self._record(nid, node, *backlog.popleft())
 
     def _dead(self, record: Any, reason: str) -> None:
         for node in self.nodes.values():
@@ -280,8 +290,7 @@ class SpokeKernel:
             self._envelope(data)
         else:
             self._request(data)
-        if not self.paused and self.backlog:
-            self._run_backlog()
+        self._run_backlogs()
 
     def _frame(self, data: bytes) -> None:
         (network, _), bodies = self.feedback.accept(data)
@@ -365,7 +374,7 @@ class SpokeKernel:
         node.flush()
         del self.nodes[req.id]
         self.feedback.forget(req.id)
-        self.paused -= node.ctx.pauses  # a node waiting on a round must not stall the others
+        self.paused -= node.ctx.pauses  # what it held goes with it
         node.ctx.pauses = 0
         self._control(node.ctx.n_hubs, {"op": "delete", "spoke": self.index,
                                         "request": req.to_json()})

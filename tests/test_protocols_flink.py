@@ -2,7 +2,9 @@
 pipeline per protocol over the same few thousand Shuttle records, through the real local
 broker and the Kafka feedback loop; sharded pipelines (hubParallelism 2) beside unsharded
 ones. Every record must be fitted or answered (a synchronous round left open by a spoke
-whose records ran out would stop its forecasting records forever: the Queries close it)."""
+whose records ran out would stop its forecasting records forever: the Queries close it),
+and each pipeline is waited for alone: a pipeline paused on its hubs (SSP's spoke ahead of
+one whose records ran out) never holds up another's records."""
 
 from __future__ import annotations
 
@@ -12,10 +14,6 @@ from flink_jobs.session import Session, local_config
 from learning.datasets import shuttle
 
 N_RECORDS = 3000
-#: An open bug (closing note of 2026-11-21): since spokes get random, unequal shares, the
-#: sharded BSP pipeline sometimes stops a few records short (a round whose answer never
-#: reaches the spokes). Every check below still runs on it; only its completion is xfail.
-KNOWN_STALL = 0
 FIXED = {"classes": [0, 1], "n_features": 9}  # what hubParallelism 2 needs
 
 PIPELINES = {
@@ -48,33 +46,21 @@ def finals(broker):
             assert created["status"] == "ok", created
             assert created["hubs"] == PIPELINES[pid][1]
         _, n_train, n_fore = s.stream(X[:N_RECORDS], y[:N_RECORDS])
-        out, stalled = {}, None
-        for pid in PIPELINES:
-            try:
-                out[pid] = s.wait_until_counted(pid, n_train, n_fore, every=1.0,
-                                                timeout=60 if pid == KNOWN_STALL else 180)
-            except TimeoutError as exc:
-                if pid != KNOWN_STALL:
-                    raise
-                stalled, out[pid] = str(exc), s.query(pid)
-    return out, n_train, n_fore, stalled
+        out = {pid: s.wait_until_counted(pid, n_train, n_fore, every=1.0, timeout=180)
+               for pid in PIPELINES}
+    return out, n_train, n_fore
 
 
 def test_every_protocol_fits_and_answers_every_record(finals):
-    out, n_train, n_fore, stalled = finals
+    out, n_train, n_fore = finals
     for pid, final in out.items():
-        if pid == KNOWN_STALL and stalled:
-            assert final["fitted"] >= 0.95 * n_train and final["predicted"] == n_fore
-        else:
-            assert final["fitted"] == n_train and final["predicted"] == n_fore, PIPELINES[pid]
+        assert final["fitted"] == n_train and final["predicted"] == n_fore, PIPELINES[pid]
         assert final["rejected"] == 0
         assert final["prequentialAccuracy"] >= 0.95, (PIPELINES[pid], final["prequentialAccuracy"])
-    if stalled:
-        pytest.xfail(f"known intermittent stall of sharded BSP: {stalled}")
 
 
 def test_every_protocol_synchronized_and_counted_its_traffic(finals):
-    out, _, _, stalled = finals
+    out, _, _ = finals
     for pid, final in out.items():
         proto = final["protocol"]
         assert proto["name"] == PIPELINES[pid][0] and proto["hubs"] == PIPELINES[pid][1]
@@ -84,8 +70,7 @@ def test_every_protocol_synchronized_and_counted_its_traffic(finals):
         assert all(s["rounds"] > 0 and s["syncFailures"] == 0 for s in final["spokes"])
     bsp = out[0]["protocol"]
     # lock-step; the Query's own round is still open when the spokes report
-    if not stalled:
-        assert bsp["spokeRounds"][0] == bsp["spokeRounds"][1] in (bsp["rounds"], bsp["rounds"] - 1)
+    assert bsp["spokeRounds"][0] == bsp["spokeRounds"][1] in (bsp["rounds"], bsp["rounds"] - 1)
     assert out[0]["model"]["shard"]["size"] == 20  # hub 0 reports the shard it owns
     assert out[1]["protocol"]["maxLead"] <= 1  # SSP kept its bound on the real kernel
     for pid in (4, 5):  # data-driven protocols synchronize less than BSP

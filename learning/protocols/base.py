@@ -48,7 +48,8 @@ class PipelineSpoke(Node):
         ``miniBatches`` (mini-batches per synchronization) are read from it.
 
     Statistics (records): ``fitted``, ``predicted`` (forecasting records answered),
-    ``rejected``, ``correct`` (prequential hits), ``loss_sum`` (sum of per-record losses).
+    ``rejected``, ``correct`` (prequential hits), ``loss_sum`` (sum of per-record losses);
+    a Query also reports ``held``: records waiting while this pipeline's stream is paused.
     """
 
     def __init__(self, request) -> None:
@@ -192,7 +193,7 @@ class PipelineSpoke(Node):
             "spoke": self.ctx.index, "fitted": self.fitted, "predicted": self.predicted,
             "rejected": self.rejected, "correct": self.correct, "loss": self.loss_sum,
             "batches": self.batches, "fitErrors": self.fit_errors, "lastError": self.last_error,
-            "network": self.stats.to_json(),
+            "held": len(getattr(self.ctx, "backlog", ())), "network": self.stats.to_json(),
         }
 
 
@@ -284,6 +285,7 @@ class PipelineHub(Node):
             "spokes": [{
                 "spoke": s["spoke"], "fitted": s["fitted"], "predicted": s["predicted"],
                 "rejected": s["rejected"], "fitErrors": s["fitErrors"], "lastError": s["lastError"],
+                "held": s.get("held", 0),
                 "messagesSent": s["network"]["messages_sent"],
                 "bytesSent": s["network"]["bytes_sent"],
                 "messagesReceived": s["network"]["messages_received"],
