@@ -402,11 +402,12 @@ def model_variance(net: LocalNetwork) -> float:
     return float(np.mean(np.sum((W - W.mean(axis=0)) ** 2, axis=1)))
 
 
-@pytest.mark.parametrize("variant", ["naive", "linear"])
+@pytest.mark.parametrize("variant", ["naive", "linear", "sketch"])
 def test_fda_never_lets_the_model_variance_exceed_theta(variant):
     """An exact simulation (every message delivered before the next record): whenever
     the monitoring is quiescent, and at every coordinator check that lets the round go
-    on, the true variance is ≤ Θ; rounds end only when F(S) > Θ may hold."""
+    on, the true variance is ≤ Θ; rounds end only when F(S) > Θ may hold. (The sketch
+    variant on this 6-parameter model uses the exact drift, not an AMS sketch.)"""
     k, theta = 4, 0.05
     X, y = regression(4000, seed=11)
     net = network(create("FDA", batch=4, threshold=theta, variant=variant), k, 1)
@@ -429,7 +430,10 @@ def test_fda_never_lets_the_model_variance_exceed_theta(variant):
     stream(net, X, y, every=1, after=after)
     assert len(seen) == len(X) and max(seen) <= theta
     conts = [(f, v) for a, f, v in at_checks if a == "continue"]
-    assert conts and all(v <= f <= theta for f, v in conts)  # F(S) bounds the variance
+    assert conts and all(v <= f + 1e-12 <= theta for f, v in conts)  # F(S) bounds the variance
+    if variant == "sketch":  # the exact state: F(S) is the variance itself (eq. 4.8)
+        assert all(abs(f - v) < 1e-9 for f, v in conts)
+        assert all(len(s.local_state()) == 1 + 6 for s in net.spokes)
     assert all(f > (1 - 0.01) * theta for a, f, _ in at_checks if a == "sync")
     rounds = hub.rounds
     assert 2 <= rounds < len(X) // (k * 4) // 5  # BSP would average after every batch
@@ -455,6 +459,26 @@ def test_fda_linear_and_sketch_end_fewer_rounds_than_naive_and_sketch_is_probabl
     sketch = hubs["sketch"]
     assert sketch["subrounds"] > 0 and hubs["naive"]["subrounds"] == 0
     print(f"sketch: {sketch['subrounds']} subrounds, {sketch['polls']} polls")
+
+
+def test_fda_sketch_of_a_model_larger_than_the_sketch():
+    """120 + 1 parameters against a 3 × 32 AMS sketch (precision 0.5): the local states
+    are ``1 + 96`` floats, and the round-termination condition still held at every check
+    of this stream (it holds with probability 1 − δ per check)."""
+    k, theta = 4, 0.5
+    X, y = regression(3000, d=120, seed=5)
+    learner = {"name": "LeastSquaresSGD", "hyperParameters": {"learning_rate": 0.01},
+               "parameters": {"n_features": 120}}
+    net = network(create("FDA", learner=learner, batch=4, threshold=theta, variant="sketch",
+                         precision=0.5), k, 1)
+    seen = []
+    stream(net, X, y, every=1, after=lambda _: seen.append(model_variance(net))
+           if not any(net.paused(i) for i in range(k)) else None)
+    hub = net.hubs[0].global_statistics()
+    assert all(s.dims() == (3, 32, 0.5) and s.local_state().size == 1 + 3 * 32
+               for s in net.spokes)
+    assert hub["polls"] > 0 and 1 <= hub["rounds"] < len(X) // (k * 4) // 5
+    assert max(seen) <= theta
 
 
 def test_fda_on_three_hubs_is_fda_on_one():

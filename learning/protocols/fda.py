@@ -20,7 +20,10 @@ variant reduces the RTC to ``F(S) ≤ Θ`` over the average ``S`` of small local
 - ``sketch``: ``S_i = (‖Δ_i‖², sk(Δ_i))`` with an AMS sketch of ``rows × cols`` (``cols =
   ⌈8/ε²⌉``, ``rows = 2⌈ln(1/δ)⌉ + 1``, ``ε = δ = precision``, default 0.25),
   ``F(v, Ξ) = v − median_j ‖ξ_j‖² / (1 + ε)``; the RTC then holds with probability
-  ``1 − δ``.
+  ``1 − δ``. A sketch compresses only a model larger than itself: for a model of at most
+  ``rows·cols`` parameters (20 for PA on Shuttle against 640 sketch cells) the state is
+  ``(‖Δ_i‖², Δ_i)`` itself, one exact "row" with ``ε = 0`` (:func:`sketch_dims`), so
+  ``F`` is the model variance exactly (eq. 4.8) and the state is smaller than the sketch.
 
 Functional geometric monitoring (§4.0.5). Hub 0 is the coordinator. For the current
 estimate ``E`` of the global state (``E = 0`` when a round starts) it builds a convex safe
@@ -112,6 +115,20 @@ def sketch_shape(precision: float) -> tuple[int, int]:
     return 2 * math.ceil(math.log(1.0 / precision)) + 1, math.ceil(8.0 / precision ** 2)
 
 
+def sketch_dims(size: int, precision: float) -> tuple[int, int, float]:
+    """``(rows, cols, ε)`` of the sketch variant's state for a model of ``size``
+    parameters: the AMS sketch of :func:`sketch_shape`, or, when that would hold at least
+    as many numbers as the model, the drift ``Δ_i`` itself (``(1, size, 0.0)``: exact).
+
+    >>> sketch_dims(20, 0.25), sketch_dims(2442, 0.25)
+    ((1, 20, 0.0), (5, 128, 0.25))
+    """
+    rows, cols = sketch_shape(precision)
+    if size <= rows * cols:
+        return 1, size, 0.0
+    return rows, cols, precision
+
+
 def precision_of(cfg: dict) -> float:
     """``trainingConfiguration.precision`` (ε = δ of the sketch, in (0, 1); default 0.25).
 
@@ -197,6 +214,16 @@ class SafeFunction:
         return float(top.sum() / self._c)
 
 
+#: safe-function parameters that let :meth:`SafeFunction.F` be evaluated (F ignores them)
+_PROBE = {"naive": {}, "linear": {"p": 0.0, "q": 0.0},
+          "sketch": {"rows": [], "p": [], "q": [], "scale": [], "c": 1}}
+
+
+def _state_size(variant: str, rows: int, cols: int) -> int:
+    """Floats in a local state ``S_i`` of the variant."""
+    return {"naive": 1, "linear": 2}.get(variant, 1 + rows * cols)
+
+
 def safe_function(variant: str, theta: float, E: np.ndarray, eps: float = 0.0,
                   rows: int = 0, cols: int = 0) -> SafeFunction | None:
     """The safe function at estimate ``E``; None when ``F(E)`` leaves no room for one
@@ -206,10 +233,8 @@ def safe_function(variant: str, theta: float, E: np.ndarray, eps: float = 0.0,
     >>> phi.F(np.array([0.5, 0.5])), round(phi(np.array([0.5, 0.5])), 6) < 0
     (0.25, True)
     """
-    probe = SafeFunction(variant, theta, {"p": 0.0, "q": 0.0} if variant == "linear" else
-                         {"rows": [], "p": [], "q": [], "scale": [], "c": 1}
-                         if variant == "sketch" else {}, eps, rows, cols)
-    if probe.F(E) > (1.0 - EPSILON_PSI) * theta:
+    if SafeFunction(variant, theta, _PROBE[variant], eps, rows, cols).F(E) > \
+            (1.0 - EPSILON_PSI) * theta:
         return None
     if variant == "naive":
         return SafeFunction("naive", theta, {})
@@ -257,7 +282,6 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         self.variant = variant_of(cfg, FDA_VARIANTS)
         self.theta = threshold_of(cfg)
         self.eps = precision_of(cfg)
-        self.sk_rows, self.sk_cols = sketch_shape(self.eps) if self.variant == "sketch" else (0, 0)
         self.fda_round = 0
         self.fgm = 0
         self.sub = 0
@@ -265,7 +289,6 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         self.decisions: list[tuple[int, str, float]] = []
         self._counts: dict[int, int] = {}
         self._zetas: dict[int, float] = {}
-        self._phi_zero: float | None = None  # φ(E) of the current estimate (sketch)
         self._polling = False
         self._states: dict[int, tuple[np.ndarray, int]] = {}
         self._answer: BroadcastPromise | None = None
@@ -303,11 +326,8 @@ class FunctionalDynamicAveragingHub(AveragingHub):
             return
         psi = sum(self._zetas.values())
         k = self.n_peers
-        if self._phi_zero is None:
-            n = 1 + self.sk_rows * self.sk_cols
-            self._phi_zero = safe_function(self.variant, self.theta, np.zeros(n), self.eps,
-                                           self.sk_rows, self.sk_cols)(np.zeros(n))
-        if math.isfinite(psi) and psi < EPSILON_PSI * k * self._phi_zero:
+        # every row function of a sketch safe function is scaled to −1 at E, so φ(E) = −1
+        if math.isfinite(psi) and psi < -EPSILON_PSI * k:
             self.sub += 1
             self.subrounds += 1
             self._counts = {}
@@ -333,17 +353,17 @@ class FunctionalDynamicAveragingHub(AveragingHub):
     def _decide(self) -> dict:
         states = [s for s, _ in self._states.values()]
         sizes = {n for _, n in self._states.values()}
-        S = np.mean(np.stack(states), axis=0)
-        probe = SafeFunction(self.variant, self.theta, {"p": 0.0, "q": 0.0}
-                             if self.variant == "linear" else {"rows": [], "p": [], "q": [],
-                                                               "scale": [], "c": 1}
-                             if self.variant == "sketch" else {}, self.eps, self.sk_rows,
-                             self.sk_cols)
-        value = probe.F(S)
-        phi = None
+        value, phi = math.inf, None
         # sketches of vectors of different sizes (m = 1, growing layouts) do not add up
         if len(sizes) == 1 or self.variant != "sketch":
-            phi = safe_function(self.variant, self.theta, S, self.eps, self.sk_rows, self.sk_cols)
+            rows, cols, eps = (sketch_dims(sizes.pop(), self.eps) if self.variant == "sketch"
+                               else (0, 0, 0.0))
+            if len({s.size for s in states}) == 1 and states[0].size == _state_size(
+                    self.variant, rows, cols):
+                S = np.mean(np.stack(states), axis=0)
+                value = SafeFunction(self.variant, self.theta, _PROBE[self.variant], eps, rows,
+                                     cols).F(S)
+                phi = safe_function(self.variant, self.theta, S, eps, rows, cols)
         self._counts = {}
         self._polling = False
         self.sub = 0
@@ -352,12 +372,10 @@ class FunctionalDynamicAveragingHub(AveragingHub):
             self.decisions.append((self.fda_round, "sync", value))
             self.fda_round += 1
             self.fgm = 0
-            self._phi_zero = None
             return {"action": "sync"}
         self.continued += 1
         self.decisions.append((self.fda_round, "continue", value))
         self.fgm += 1
-        self._phi_zero = phi(S)
         return {"action": "continue", "E": S, "safe": phi.params, "theta": -phi(S) / 2.0}
 
     def global_statistics(self) -> dict:
@@ -380,7 +398,6 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         self.variant = variant_of(cfg, FDA_VARIANTS)
         self.theta = threshold_of(cfg)
         self.eps = precision_of(cfg)
-        self.sk_rows, self.sk_cols = sketch_shape(self.eps) if self.variant == "sketch" else (0, 0)
         self._sketches: dict[int, AmsSketch] = {}
         self.fda_round = 0
         self.increments = 0
@@ -406,23 +423,30 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         if self.variant == "linear":
             xi = self.in_current(self._xi)
             return np.array([v, float(xi @ d) if xi.size else 0.0])
+        rows, cols, _ = sketch_dims(d.size, self.eps)
+        if rows == 1:  # a sketch would not compress: the exact drift
+            return np.concatenate([[v], d])
         sk = self._sketches.get(d.size)
         if sk is None:
-            sk = self._sketches[d.size] = AmsSketch(d.size, self.sk_rows, self.sk_cols)
+            sk = self._sketches[d.size] = AmsSketch(d.size, rows, cols)
         return np.concatenate([[v], sk(d).ravel()])
 
-    def _state_size(self) -> int:
-        return {"naive": 1, "linear": 2}.get(self.variant, 1 + self.sk_rows * self.sk_cols)
+    def dims(self) -> tuple[int, int, float]:
+        """``(rows, cols, ε)`` of this spoke's sketch state for its model's current size
+        (:func:`sketch_dims`); ``(0, 0, 0.0)`` for naive and linear."""
+        if self.variant != "sketch":
+            return 0, 0, 0.0
+        return sketch_dims(int(self.pipeline.learner.get_params().size), self.eps)
 
     def _start_monitoring(self, E: np.ndarray | None = None, params: dict | None = None,
                           quantum: float | None = None, R: np.ndarray | None = None) -> None:
-        n = self._state_size()
+        rows, cols, eps = self.dims()
+        n = _state_size(self.variant, rows, cols)
         self.E = np.zeros(n) if E is None else np.asarray(E, dtype=np.float64)
         self.R = np.zeros(n) if R is None else R
         self.phi = SafeFunction(self.variant, self.theta, params if params is not None else
-                                safe_function(self.variant, self.theta, self.E, self.eps,
-                                              self.sk_rows, self.sk_cols).params,
-                                self.eps, self.sk_rows, self.sk_cols)
+                                safe_function(self.variant, self.theta, self.E, eps,
+                                              rows, cols).params, eps, rows, cols)
         self.zero = self.phi(self.E)
         self.quantum = -self.zero / 2.0 if quantum is None else float(quantum)
         self.fgm = 0 if E is None else self.fgm + 1
@@ -436,8 +460,11 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
     def after_batch(self, n_records: int) -> None:
         if self.polled or self._in_sync:
             return
-        value = self.phi(self.E + self.local_state() - self.R)
-        count = math.floor((value - self.zero) / self.quantum)
+        value = self._value()
+        # a model that grew (m = 1, new label) has a state of another size: the coordinator
+        # must poll, see the sizes differ and end the round
+        count = (math.floor((value - self.zero) / self.quantum) if math.isfinite(value)
+                 else self.ctx.n_spokes + 1)
         if count > self.sent:
             self.sent = count
             self.increments += 1
@@ -450,8 +477,19 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         if (round_, fgm, sub) != (self.fda_round, self.fgm, self.sub) or self.polled \
                 or self._in_sync:
             return None
-        self._z = float(self.phi(self.E + self.local_state() - self.R))
+        self._z = self._value()
+        if not math.isfinite(self._z):  # the model grew: the coordinator polls
+            self._z = None
+            return None
         return [self.ctx.index, self._z]
+
+    def _value(self) -> float:
+        """``φ(E + X_i)`` with the drift ``X_i = S_i − R_i``; +inf when the state changed
+        size since the estimate (the model grew)."""
+        S = self.local_state()
+        if S.size != self.E.size:
+            return math.inf
+        return float(self.phi(self.E + S - self.R))
 
     @remote(oneway=True)
     def subround(self, round_: int, fgm: int, sub: int, quantum: float) -> None:
