@@ -159,13 +159,14 @@ class Session:
         self.producer.flush()
         return held, n_train, n_fore
 
-    def keep_pace(self, pipeline: int, *, lag: int = 2000, timeout: float = 120.0
-                  ) -> Callable[[int], None]:
+    def keep_pace(self, pipeline: int, *, lag: int = 2000, timeout: float = 120.0,
+                  on_query: Callable[[dict], None] | None = None) -> Callable[[int], None]:
         """A ``between`` callback for :meth:`stream` that holds the producer back until
         the pipeline has fitted or predicted all but ``lag`` records of those written,
         the way a live source feeds a job that keeps up with it. Without it, a backlog
         lets ``forecasting`` (a fifth of the records) be read far ahead of ``training``,
         so held-out predictions come from a model that has seen much less of the stream.
+        ``on_query`` sees every Query response it gets.
 
         Raises
         ------
@@ -177,6 +178,8 @@ class Session:
             self.producer.flush()
             while True:
                 q = self.query(pipeline, timeout=timeout)
+                if on_query is not None:
+                    on_query(q)
                 done = q.get("fitted", 0) + q.get("predicted", 0)
                 if done >= sent - lag:
                     return
