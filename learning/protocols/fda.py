@@ -46,16 +46,21 @@ sends ``c_i = ⌊(φ(E + X_i) − φ(E))/θ⌋`` to the coordinator whenever it 
 bytes); while ``Σ c_i ≤ k`` the sum is provably ≤ 0. When ``Σ c_i > k`` the coordinator
 polls every spoke; the spokes answer with their states ``S_i`` and pause. If
 ``F(S) > Θ`` (or ``F(S) > (1 − ε_ψ)Θ``, ``ε_ψ = 0.01``: a zone too thin to monitor), the
-round ends with a model synchronization; otherwise ``E ← S``, a new safe function is built
-and monitoring goes on.
+round ends with a model synchronization; otherwise ``E ← S`` is broadcast, every spoke
+builds the same safe function from it (:func:`safe_function` is deterministic, so ``φ``
+itself never travels) and monitoring goes on. AMS sketch states and their ``E`` travel as
+float32 (the middleware's :class:`middleware.Float32`); a spoke keeps as ``R_i`` the
+rounded state it sent, so ``E`` is exactly the mean of the ``R_i``.
 
 FGM subrounds (sketch variant). A sketch state is ``1 + rows·cols`` floats (641 at the
 default precision), so before collecting states the coordinator first asks only for the
 scalars ``z_i = φ(E + X_i)``: with ``ψ = Σ z_i``, if ``ψ < ε_ψ·k·φ(E)`` the estimate still
 has room and a new subround starts with quantum ``θ' = −ψ/(2k)`` and each spoke counting
 ``c_i = ⌊(φ(E + X_i) − z_i)/θ'⌋`` (again ``Σ c_i ≤ k ⇒ Σ φ ≤ ψ + 2kθ' = 0``); otherwise
-the states are polled as above. For naive and linear the state is one or two floats, so
-a poll costs what a subround costs and tells more: they always poll.
+the states are polled as above. For naive and linear the state is one or two floats, and
+for the exact drift of a small model a few dozen, so a poll costs what a subround costs
+and tells more: they always poll (the coordinator learns which case holds from the last
+poll's state sizes).
 
 Nobody ever waits on a spoke's stream, so a finite stream cannot leave a round open.
 """
@@ -69,7 +74,7 @@ import numpy as np
 
 from learning.errors import RequestError
 from learning.protocols.sharding import AveragingHub, ShardedSpoke
-from middleware import BroadcastPromise, remote
+from middleware import BroadcastPromise, Float32, remote
 
 __all__ = ["FunctionalDynamicAveragingSpoke", "FunctionalDynamicAveragingHub", "AmsSketch",
            "SafeFunction", "safe_function", "FDA_VARIANTS", "EPSILON_PSI"]
@@ -292,6 +297,9 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         self._polling = False
         self._states: dict[int, tuple[np.ndarray, int]] = {}
         self._answer: BroadcastPromise | None = None
+        # sketch variant: the last poll found real sketches (not the exact drift of a
+        # small model, whose poll costs what a subround costs): use subrounds
+        self._sketched = True
 
     def update(self, request) -> None:
         super().update(request)
@@ -306,7 +314,7 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         self._counts[spoke] = max(self._counts.get(spoke, 0), int(count))
         if sum(self._counts.values()) > self.n_peers:
             self._polling = True
-            if self.variant == "sketch":
+            if self.variant == "sketch" and self._sketched:
                 self._zetas = {}
                 self.broadcast.zeta(round_, fgm, sub).then(self._on_zeta)
             else:
@@ -339,7 +347,8 @@ class FunctionalDynamicAveragingHub(AveragingHub):
     @remote
     def state(self, round_: int, fgm: int, spoke: int, S: np.ndarray, size: int) -> BroadcastPromise:
         """Spoke ``spoke``'s local state for a poll; answered to all once all replied with
-        ``{"action": "continue", "E", "safe", "theta"}`` or ``{"action": "sync"}``."""
+        ``{"action": "continue", "E"}`` (the new estimate; float32 for the sketch variant) or
+        ``{"action": "sync"}``."""
         if self._answer is None:
             self._answer = BroadcastPromise()
             self._states = {}
@@ -358,9 +367,12 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         if len(sizes) == 1 or self.variant != "sketch":
             rows, cols, eps = (sketch_dims(sizes.pop(), self.eps) if self.variant == "sketch"
                                else (0, 0, 0.0))
+            self._sketched = rows > 1
             if len({s.size for s in states}) == 1 and states[0].size == _state_size(
                     self.variant, rows, cols):
                 S = np.mean(np.stack(states), axis=0)
+                if rows > 1:  # a real sketch: the E the spokes will receive (float32)
+                    S = S.astype(np.float32).astype(np.float64)
                 value = SafeFunction(self.variant, self.theta, _PROBE[self.variant], eps, rows,
                                      cols).F(S)
                 phi = safe_function(self.variant, self.theta, S, eps, rows, cols)
@@ -376,7 +388,9 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         self.continued += 1
         self.decisions.append((self.fda_round, "continue", value))
         self.fgm += 1
-        return {"action": "continue", "E": S, "safe": phi.params, "theta": -phi(S) / 2.0}
+        # only E travels: each spoke builds the same φ from it (safe_function is
+        # deterministic), which halves what a poll sends back
+        return {"action": "continue", "E": Float32(S) if self._sketched else S}
 
     def global_statistics(self) -> dict:
         out = super().global_statistics()
@@ -438,17 +452,16 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
             return 0, 0, 0.0
         return sketch_dims(int(self.pipeline.learner.get_params().size), self.eps)
 
-    def _start_monitoring(self, E: np.ndarray | None = None, params: dict | None = None,
-                          quantum: float | None = None, R: np.ndarray | None = None) -> None:
+    def _start_monitoring(self, E: np.ndarray | None = None, R: np.ndarray | None = None) -> None:
+        """Monitor ``φ`` built at estimate ``E`` (zero: a new round) from reference state
+        ``R`` (this spoke's state when ``E`` was made)."""
         rows, cols, eps = self.dims()
         n = _state_size(self.variant, rows, cols)
         self.E = np.zeros(n) if E is None else np.asarray(E, dtype=np.float64)
         self.R = np.zeros(n) if R is None else R
-        self.phi = SafeFunction(self.variant, self.theta, params if params is not None else
-                                safe_function(self.variant, self.theta, self.E, eps,
-                                              rows, cols).params, eps, rows, cols)
+        self.phi = safe_function(self.variant, self.theta, self.E, eps, rows, cols)
         self.zero = self.phi(self.E)
-        self.quantum = -self.zero / 2.0 if quantum is None else float(quantum)
+        self.quantum = -self.zero / 2.0
         self.fgm = 0 if E is None else self.fgm + 1
         self.sub = 0
         self.sent = 0
@@ -506,13 +519,21 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
             return
         self.polled = True
         self.polls_answered += 1
-        self._frozen = self.local_state()
-        self.wait_on(self.peers[0].state(round_, fgm, self.ctx.index, self._frozen,
+        S = self.local_state()
+        sketched = self.dims()[0] > 1
+        if sketched:
+            # a sketch state (an estimate already) travels as float32, half the bytes of a
+            # poll; R_i is what was sent, so E = mean R_i and X_i = S_i − R_i stay exact
+            S = S.astype(np.float32).astype(np.float64)
+        self._frozen = S
+        self.wait_on(self.peers[0].state(round_, fgm, self.ctx.index,
+                                         Float32(S) if sketched else S,
                                          int(self.delta().size)), self._decided)
 
     def _decided(self, decision: dict) -> None:
         if decision["action"] == "continue":
-            self._start_monitoring(decision["E"], decision["safe"], decision["theta"], self._frozen)
+            # the same φ the coordinator built at E (safe_function is deterministic)
+            self._start_monitoring(np.asarray(decision["E"], dtype=np.float64), self._frozen)
             return
         self._in_sync = True
         previous = self._base
