@@ -19,7 +19,8 @@ record written to the last one counted), and a PNG (``--png``, default next to t
 with the prequential loss over records and the bytes per protocol.
 
 On Flink the producer keeps pace with the job, as a live source would (:data:`PACE`): it
-writes at most ``lag`` records ahead of what the pipeline has fitted or predicted. Written
+writes at most about ``lag`` records ahead of what the pipeline has handled, as read from
+the predictions topic (a Query would be a synchronization point for BSP and SSP). Written
 all at once, the stream is a backlog the job reads at full speed, and a dynamic protocol's
 check (spoke → hub → Kafka → spoke, a second or so under that load in process mode) arrives
 only after thousands of records: FDA and EVENFLOW then end 1–3 rounds on digits and their
@@ -27,8 +28,8 @@ accuracy falls to that of independent learners, while BSP, which pauses the stre
 every round, is unaffected. ``records_per_second`` is then the paced rate.
 
 BSP and SSP treat a Query as a synchronization point (:mod:`learning.protocols.synchronous`),
-so the progress Queries of a Flink run add a few rounds to theirs; ``queries`` in each row
-says how many there were (the pacing Queries included).
+so the progress Queries of a Flink run (one every :data:`PROGRESS_EVERY_S` seconds) add a
+few rounds to theirs; ``queries`` in each row says how many there were.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ DATASETS: dict[str, tuple[list, dict, dict]] = {
 #: waits until the pipeline has handled all but ``lag`` of those written
 #: (:meth:`flink_jobs.session.Session.keep_pace`)
 PACE = {"shuttle": (2000, 500), "digits": (100, 50)}
+#: seconds between the progress Queries of a Flink run (points of the loss curve)
+PROGRESS_EVERY_S = 3.0
 
 #: passes over scikit-learn's digits (1,797 images) in the experiment's stream
 DIGITS_PASSES = 3
@@ -100,7 +103,7 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
         # among {1, 2, 4, 6, 8}
         ("FDA", "naive", {"threshold": 4.0}),
         ("FDA", "linear", {"threshold": 6.0}),
-        ("FDA", "sketch", {"threshold": 4.0, "precision": 0.25}),
+        ("FDA", "sketch", {"threshold": 6.0, "precision": 0.25}),
         ("EVENFLOW", "basic", {"threshold": 6.0, "monitoredFunction": "l2"}),
         ("EVENFLOW", "fast", {"threshold": 2.0, "monitoredFunction": "l2", "coefficients": 50}),
     ],
@@ -234,8 +237,16 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
                     queries[0] += 1
                     seen(q)
 
-                # the pacing Queries are also the progress ones (the loss curve)
-                between = s.keep_pace(n, lag=lag, timeout=timeout, on_query=counted)
+                # paced by the predictions topic: Queries would add rounds to BSP's and
+                # SSP's; a progress Query (the loss curve) every PROGRESS_EVERY_S seconds
+                pace = s.keep_pace(n, lag=lag, timeout=timeout, every=every)
+                last = [time.monotonic()]
+
+                def between(sent: int) -> None:
+                    pace(sent)
+                    if time.monotonic() - last[0] > PROGRESS_EVERY_S:
+                        last[0] = time.monotonic()
+                        counted(s.query(n, timeout=timeout))
 
                 t0 = time.monotonic()
                 _, n_train, n_fore = s.stream(X, y, every=every, between=between, chunk=chunk)
@@ -327,7 +338,7 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
                    datasets: tuple[str, ...] = ("shuttle", "digits"), spokes: int = 4,
                    limit: int | None = None, png_path: str | Path | None = None,
                    bootstrap_servers: str | None = None, protocols: tuple[str, ...] | None = None,
-                   connection=None, out=sys.stdout) -> list[dict]:
+                   connection=None, out=None) -> list[dict]:
     """Run every protocol on every dataset; write the JSON rows (and the PNG), print the
     markdown table; returns the rows.
 
@@ -347,7 +358,10 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         Only these protocols (default: all of :data:`SETTINGS`).
     bootstrap_servers, connection : str, KafkaConnection or None
         A Kafka to use instead of a local broker, and its security settings.
+    out : text stream or None
+        Where the progress lines and the table go (default: standard output).
     """
+    out = out or sys.stdout
     json_path = Path(json_path)
     rows: list[dict] = []
 

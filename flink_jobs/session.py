@@ -160,7 +160,8 @@ class Session:
         return held, n_train, n_fore
 
     def keep_pace(self, pipeline: int, *, lag: int = 2000, timeout: float = 120.0,
-                  on_query: Callable[[dict], None] | None = None) -> Callable[[int], None]:
+                  on_query: Callable[[dict], None] | None = None,
+                  every: int | None = None) -> Callable[[int], None]:
         """A ``between`` callback for :meth:`stream` that holds the producer back until
         the pipeline has fitted or predicted all but ``lag`` records of those written,
         the way a live source feeds a job that keeps up with it. Without it, a backlog
@@ -168,25 +169,35 @@ class Session:
         so held-out predictions come from a model that has seen much less of the stream.
         ``on_query`` sees every Query response it gets.
 
+        With ``every`` (the ``every`` given to :meth:`stream`), progress is read from the
+        predictions topic instead (all but ``lag // every`` of the forecasting records
+        written must be answered) and no Query is sent: BSP and SSP take a Query as a
+        synchronization point, so pacing Queries would add rounds to theirs.
+
         Raises
         ------
         TimeoutError
             When the pipeline does not catch up within ``timeout`` seconds.
         """
+        def handled(sent: int) -> tuple[int, int]:
+            if every:
+                return self.prediction_count(pipeline), (sent - lag) // every
+            q = self.query(pipeline, timeout=timeout)
+            if on_query is not None:
+                on_query(q)
+            return q.get("fitted", 0) + q.get("predicted", 0), sent - lag
+
         def between(sent: int) -> None:
             deadline = time.monotonic() + timeout
             self.producer.flush()
             while True:
-                q = self.query(pipeline, timeout=timeout)
-                if on_query is not None:
-                    on_query(q)
-                done = q.get("fitted", 0) + q.get("predicted", 0)
-                if done >= sent - lag:
+                done, needed = handled(sent)
+                if done >= needed:
                     return
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"pipeline {pipeline}: {done} of {sent} records "
-                                       f"handled after {timeout} s")
-                time.sleep(0.1)
+                    raise TimeoutError(f"pipeline {pipeline}: {done} of {needed} "
+                                       f"{'predictions' if every else 'records'} after {timeout} s")
+                time.sleep(0.02 if every else 0.1)
         return between
 
     def wait_until_counted(self, pipeline: int, n_train: int, n_forecast: int, *,
