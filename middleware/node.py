@@ -137,6 +137,11 @@ class Node:
         return f"{side_name(self.ctx.side)} {self.ctx.index}" if self.ctx else type(self).__name__
 
     @property
+    def calls_in_flight(self) -> int:
+        """Remote calls of this node still waiting for their answers."""
+        return len(self._calls)
+
+    @property
     def n_peers(self) -> int:
         return len(self.peers)
 

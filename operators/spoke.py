@@ -200,8 +200,14 @@ class SpokeKernel:
             {"op": "ack", "spoke": self.index, "network": network, "expected": expected}))))
 
     def _nudge(self) -> None:
-        """While waiting on hubs (stream paused), acknowledge every channel at most once
-        per :data:`NUDGE_EVERY_S` seconds: a hub answer lost on the way is sent again."""
+        """While waiting on hubs (stream paused, or a remote call not yet answered),
+        acknowledge every channel at most once per :data:`NUDGE_EVERY_S` seconds: a hub
+        answer lost on the way is sent again. Waiting without a pause counts too: an SSP
+        spoke whose push is in flight keeps going, and at the end of a stream it gets
+        nothing but Queries, so a lost answer would leave every spoke ahead of it waiting
+        for good (seen on digits, staleness 2)."""
+        if not self.paused and not any(n.calls_in_flight for n in self.nodes.values()):
+            return
         now = time.monotonic()
         if now - self.nudged < NUDGE_EVERY_S:
             return
@@ -232,8 +238,7 @@ class SpokeKernel:
         its hubs, ``then_sync``) holds it in its own backlog, in order, and the other
         pipelines go on: one pipeline's synchronization never holds up another's.
         """
-        if self.paused:
-            self._nudge()
+        self._nudge()
         try:
             obj = orjson.loads(line[1:])
         except orjson.JSONDecodeError as exc:
@@ -380,8 +385,7 @@ class SpokeKernel:
                                         "request": req.to_json()})
 
     def _query(self, req) -> None:
-        if self.paused:
-            self._nudge()
+        self._nudge()
         self._node(req).on_query(req.request_id, self.service())
 
     def _update(self, req) -> None:

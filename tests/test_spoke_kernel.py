@@ -3,8 +3,12 @@ host, without Flink): a pipeline waiting on its hubs pauses only its own stream.
 
 from __future__ import annotations
 
+import time
+
 import orjson
 
+from operators import hub as hub_module
+from operators import spoke as spoke_module
 from operators.feedback import FRAME, is_frame
 from operators.hub import HubKernel
 from operators.spoke import SpokeKernel
@@ -18,6 +22,7 @@ class Wire:
         self.hub = HubKernel(hub=0, n_spokes=2)
         self.predictions: list[dict] = []
         self.responses: list[dict] = []
+        self.lose = 0  # hub→spoke frames to lose on the way (as the feedback topic once did)
 
     def pump(self) -> None:
         moved = True
@@ -38,6 +43,9 @@ class Wire:
                 moved = True
                 if stream is None:
                     assert is_frame(value)
+                    if self.lose:
+                        self.lose -= 1
+                        continue
                     self.spokes[FRAME.unpack_from(value)[6]].on_message(value)
                 else:
                     self.responses.append(orjson.loads(value))
@@ -91,3 +99,24 @@ def test_a_paused_pipeline_holds_its_records_and_the_others_go_on():
     assert bsp.fitted == 12 and bsp.rounds == 6
     assert sorted(p["pipeline"] for p in w.predictions) == [0, 1]
     assert w.spokes[0].paused == bsp.ctx.pauses == 0
+
+
+def test_a_lost_answer_to_a_call_in_flight_is_sent_again_without_a_pause(monkeypatch):
+    """SSP with a large staleness pushes without pausing. When the hub's answer is lost on
+    the way and the stream has ended, the spoke still acknowledges its channel when a
+    Query comes (a call is in flight), and the hub sends the answer again."""
+    monkeypatch.setattr(spoke_module, "NUDGE_EVERY_S", 0.0)
+    monkeypatch.setattr(hub_module, "RESEND_AFTER_S", 0.2)
+    w = Wire()
+    req = create(0, "SSP")
+    req["trainingConfiguration"]["staleness"] = 100
+    w.request(req)
+    ssp = w.spokes[0].nodes[0]
+    w.lose = 1
+    for i in range(2):  # one mini-batch: a push, answered at once, and the answer is lost
+        w.data(0, "T", record(i))
+    assert ssp.pushes == 1 and ssp.rounds == 0 and ssp.ctx.pauses == 0
+    assert ssp.calls_in_flight == 1 and w.lose == 0
+    time.sleep(0.3)  # the answer is overdue now
+    w.request({"id": 0, "request": "Query", "requestId": "q"})
+    assert ssp.rounds >= 1 and not ssp.in_flight
