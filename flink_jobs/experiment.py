@@ -20,7 +20,8 @@ with the prequential loss over records and the bytes per protocol.
 
 On Flink the producer keeps pace with the job, as a live source would (:data:`PACE`): it
 writes at most about ``lag`` records ahead of what the pipeline has handled, as read from
-the predictions topic (a Query would be a synchronization point for BSP and SSP). Written
+the predictions topic (a Query would be a synchronization point for BSP and SSP), and
+waits at most :data:`PATIENCE_S` for it before writing on. Written
 all at once, the stream is a backlog the job reads at full speed, and a dynamic protocol's
 check (spoke → hub → Kafka → spoke, a second or so under that load in process mode) arrives
 only after thousands of records: FDA and EVENFLOW then end 1–3 rounds on digits and their
@@ -65,6 +66,9 @@ DATASETS: dict[str, tuple[list, dict, dict]] = {
 #: waits until the pipeline has handled all but ``lag`` of those written
 #: (:meth:`flink_jobs.session.Session.keep_pace`)
 PACE = {"shuttle": (2000, 500), "digits": (100, 50)}
+#: seconds the producer waits at most for the job to catch up, then writes on as a live
+#: source would (without it a BSP round and the pacing can wait on each other for good)
+PATIENCE_S = 1.0
 #: seconds between the progress Queries of a Flink run (points of the loss curve)
 PROGRESS_EVERY_S = 3.0
 
@@ -200,10 +204,15 @@ def run_local(dataset: str, protocol: str, variant: str | None, extra: dict, *, 
 def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes: int = 4,
               bootstrap_servers: str | None = None, every: int = 5, limit: int | None = None,
               timeout: float = 600.0, connection=None,
-              on_row: Callable[[dict], None] | None = None) -> list[dict]:
+              on_row: Callable[[dict], None] | None = None,
+              failures: list[str] | None = None) -> list[dict]:
     """Each run as its own job on a local MiniCluster, one after the other, through the
     local broker (started here unless ``bootstrap_servers`` names a Kafka; ``connection``,
-    a :class:`flink_jobs.connection.KafkaConnection`, carries its security settings)."""
+    a :class:`flink_jobs.connection.KafkaConnection`, carries its security settings).
+
+    A run that fails (a Create refused, a ``TimeoutError`` of a pipeline that stopped
+    counting) raises, unless ``failures`` is a list: then its line is appended there, it
+    has no row, and the next run goes on."""
     from deploy.broker import LocalBroker
     from flink_jobs.session import Session, local_config
 
@@ -214,7 +223,7 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
     servers = bootstrap_servers or broker.bootstrap_servers
     rows = []
     try:
-        for n, (protocol, variant, extra) in enumerate(runs):
+        def one(n: int, protocol: str, variant: str | None, extra: dict) -> dict:
             prefix = f"exp-{uuid.uuid4().hex[:6]}-"
             extra_cfg = {"connection": connection} if connection is not None and \
                 bootstrap_servers else {}
@@ -239,7 +248,8 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
 
                 # paced by the predictions topic: Queries would add rounds to BSP's and
                 # SSP's; a progress Query (the loss curve) every PROGRESS_EVERY_S seconds
-                pace = s.keep_pace(n, lag=lag, timeout=timeout, every=every)
+                pace = s.keep_pace(n, lag=lag, timeout=timeout, every=every,
+                                   patience=PATIENCE_S)
                 last = [time.monotonic()]
 
                 def between(sent: int) -> None:
@@ -258,11 +268,22 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
                 again = s.query(n, timeout=60)
                 per_query = again["protocol"]["bytesToHubs"] - final["protocol"]["bytesToHubs"]
                 report_bytes = per_query * (queries[0] - 1) if per_query > 0 else 0
-                row = _row(dataset, protocol, variant, final, seconds, "flink", queries[0],
-                           curve, report_bytes)
-                rows.append(row)
-                if on_row:
-                    on_row(row)
+                return _row(dataset, protocol, variant, final, seconds, "flink", queries[0],
+                            curve, report_bytes)
+
+        for n, (protocol, variant, extra) in enumerate(runs):
+            try:
+                row = one(n, protocol, variant, extra)
+            except Exception as exc:  # one failed run must not cost the others
+                log.error("%s %s (%s) failed: %r", dataset, protocol, variant, exc)
+                if failures is None:
+                    raise
+                failures.append(f"{dataset} {protocol}" + (f" ({variant})" if variant else "")
+                                + f": {exc!r}")
+                continue
+            rows.append(row)
+            if on_row:
+                on_row(row)
     finally:
         if broker is not None:
             broker.stop()
@@ -360,10 +381,19 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         A Kafka to use instead of a local broker, and its security settings.
     out : text stream or None
         Where the progress lines and the table go (default: standard output).
+
+    Raises
+    ------
+    RuntimeError
+        After the table, the JSON and the plot of the runs that succeeded, when a Flink
+        run failed (each failure is printed; the other runs still ran).
+    ValueError
+        For an unknown ``kernel``.
     """
     out = out or sys.stdout
     json_path = Path(json_path)
     rows: list[dict] = []
+    failures: list[str] = []
 
     def save(row: dict | None = None) -> None:
         if row is not None:
@@ -381,7 +411,7 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
                 save(run_local(ds, protocol, variant, extra, spokes=spokes, limit=limit))
         elif kernel == "flink":
             run_flink(ds, runs, spokes=spokes, bootstrap_servers=bootstrap_servers, limit=limit,
-                      connection=connection, on_row=save)
+                      connection=connection, on_row=save, failures=failures)
         else:
             raise ValueError(f"kernel must be 'flink' or 'local', got {kernel!r}")
     save()
@@ -392,6 +422,9 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         print(f"plot: {png}", file=out, flush=True)
     except ImportError:
         log.warning("matplotlib is not installed: no plot")
+    if failures:
+        print("failed runs (no row):\n  " + "\n  ".join(failures), file=out, flush=True)
+        raise RuntimeError(f"{len(failures)} run(s) failed: {'; '.join(failures)}")
     return rows
 
 

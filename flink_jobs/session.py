@@ -161,7 +161,8 @@ class Session:
 
     def keep_pace(self, pipeline: int, *, lag: int = 2000, timeout: float = 120.0,
                   on_query: Callable[[dict], None] | None = None,
-                  every: int | None = None) -> Callable[[int], None]:
+                  every: int | None = None,
+                  patience: float | None = None) -> Callable[[int], None]:
         """A ``between`` callback for :meth:`stream` that holds the producer back until
         the pipeline has fitted or predicted all but ``lag`` records of those written,
         the way a live source feeds a job that keeps up with it. Without it, a backlog
@@ -174,10 +175,17 @@ class Session:
         written must be answered) and no Query is sent: BSP and SSP take a Query as a
         synchronization point, so pacing Queries would add rounds to theirs.
 
+        With ``patience`` (seconds), the producer waits at most that long and then writes
+        on, as a live source that never waits for its consumer would. Without it a
+        synchronous round can deadlock with the pacing: spokes paused on the round hold
+        their records (no predictions come out), while the one spoke that has not pushed
+        yet needs more records than the lag lets through to fill its mini-batch.
+
         Raises
         ------
         TimeoutError
-            When the pipeline does not catch up within ``timeout`` seconds.
+            When the pipeline does not catch up within ``timeout`` seconds (never with
+            ``patience``).
         """
         def handled(sent: int) -> tuple[int, int]:
             if every:
@@ -190,9 +198,12 @@ class Session:
         def between(sent: int) -> None:
             deadline = time.monotonic() + timeout
             self.producer.flush()
+            started = time.monotonic()
             while True:
                 done, needed = handled(sent)
                 if done >= needed:
+                    return
+                if patience is not None and time.monotonic() - started > patience:
                     return
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"pipeline {pipeline}: {done} of {needed} "
