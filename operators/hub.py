@@ -126,17 +126,28 @@ class HubKernel:
 
     def acknowledged(self, network: int, spoke: int, expected: int) -> None:
         """Spoke ``spoke`` has delivered everything of ``network`` numbered below
-        ``expected``: forget those frames, and send again the ones it still lacks that
-        left more than :data:`RESEND_AFTER_S` seconds ago (a record the feedback topic
-        holds but the job's source never delivered: seen with the local broker)."""
-        pending = [f for f in self.unacked.get((network, spoke), []) if f[0] >= expected]
+        ``expected``: forget those frames, and send again what any spoke of ``network``
+        still lacks that left more than :data:`RESEND_AFTER_S` seconds ago (a record the
+        feedback topic holds but the job's source never delivered: seen with the local
+        broker).
+
+        Every channel is checked, not only the acknowledging spoke's: a spoke that waits
+        on nothing never acknowledges, so a lost one-way message to it (an FDA poll to a
+        spoke whose records ran out) is sent again only when the spokes waiting on its
+        answer acknowledge theirs (seen: FDA on Shuttle, three spokes paused for good). A
+        spoke that gets a copy of what it had acknowledges at once
+        (:meth:`operators.spoke.SpokeKernel.acknowledge`), so each copy is sent once."""
+        self.unacked[(network, spoke)] = [
+            f for f in self.unacked.get((network, spoke), []) if f[0] >= expected]
         now = time.monotonic()
-        for i, (seq, sent, record) in enumerate(pending):
-            if now - sent > RESEND_AFTER_S:
-                pending[i] = (seq, now, record)
-                self.out.append((None, record))
-                self.resent += 1
-        self.unacked[(network, spoke)] = pending
+        for (net, _), pending in self.unacked.items():
+            if net != network:
+                continue
+            for i, (seq, sent, record) in enumerate(pending):
+                if now - sent > RESEND_AFTER_S:
+                    pending[i] = (seq, now, record)
+                    self.out.append((None, record))
+                    self.resent += 1
 
     def service(self) -> dict:
         """This hub's service counters (also Flink metrics)."""

@@ -298,12 +298,18 @@ class SpokeKernel:
         self._run_backlogs()
 
     def _frame(self, data: bytes) -> None:
-        (network, _), bodies = self.feedback.accept(data)
-        if network not in self.nodes:
+        (network, hub), bodies = self.feedback.accept(data)
+        node = self.nodes.get(network)
+        if node is None:
             self.bad_messages += 1 if bodies else 0  # e.g. in flight when deleted
             return
+        copies = node._inbox.duplicates
         for body in bodies:
             self._envelope(body)
+        if node._inbox.duplicates > copies and network in self.nodes:
+            # the hub sent again what arrived but was never acknowledged (this spoke has
+            # not sent since): acknowledge, or it keeps coming
+            self.acknowledge(network, hub, force=True)
 
     def _envelope(self, data: bytes) -> None:
         try:

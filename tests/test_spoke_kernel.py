@@ -23,6 +23,7 @@ class Wire:
         self.predictions: list[dict] = []
         self.responses: list[dict] = []
         self.lose = 0  # hub→spoke frames to lose on the way (as the feedback topic once did)
+        self.lose_to: dict[int, int] = {}  # spoke → frames to it to lose on the way
 
     def pump(self) -> None:
         moved = True
@@ -43,10 +44,14 @@ class Wire:
                 moved = True
                 if stream is None:
                     assert is_frame(value)
+                    dst = FRAME.unpack_from(value)[6]
                     if self.lose:
                         self.lose -= 1
                         continue
-                    self.spokes[FRAME.unpack_from(value)[6]].on_message(value)
+                    if self.lose_to.get(dst):
+                        self.lose_to[dst] -= 1
+                        continue
+                    self.spokes[dst].on_message(value)
                 else:
                     self.responses.append(orjson.loads(value))
 
@@ -120,3 +125,39 @@ def test_a_lost_answer_to_a_call_in_flight_is_sent_again_without_a_pause(monkeyp
     time.sleep(0.3)  # the answer is overdue now
     w.request({"id": 0, "request": "Query", "requestId": "q"})
     assert ssp.rounds >= 1 and not ssp.in_flight
+
+
+def test_a_lost_one_way_message_to_a_spoke_that_waits_on_nothing_is_sent_again(monkeypatch):
+    """FDA on Shuttle (Flink) once stalled for good: the coordinator's poll to one spoke,
+    whose records had run out, was lost on the way; that spoke waited on nothing, so it
+    never acknowledged its channel, and the spokes that had answered the poll stayed
+    paused. Their acknowledgements now get the hub to send the poll again; the spoke that
+    gets a copy of what it had acknowledges it at once, so nothing is sent over and over."""
+    monkeypatch.setattr(spoke_module, "NUDGE_EVERY_S", 0.0)
+    monkeypatch.setattr(hub_module, "RESEND_AFTER_S", 0.2)
+    w = Wire()
+    req = create(0, "FDA")
+    req["trainingConfiguration"].update(variant="naive", threshold=1e-9)
+    w.request(req)
+    fda = [w.spokes[i].nodes[0] for i in range(2)]
+    w.spokes[1].acknowledge(0, 0)  # spoke 1 told the hub where its channel is, and its
+    w.pump()                        # sends (Query reports) repeat that only when it moves
+    w.lose_to[1] = 1  # spoke 1 (no records) misses the poll
+    for i in range(2):  # one mini-batch on spoke 0: its drift crosses Θ, the hub polls
+        w.data(0, "T", record(i))
+    assert fda[0].polled and fda[0].ctx.pauses == 1 and not fda[1].polled and not w.lose_to[1]
+    w.data(0, "T", record(2))  # held while paused
+    assert fda[0].fitted == 2
+    time.sleep(0.3)  # the poll to spoke 1 is overdue now
+    w.request({"id": 0, "request": "Query", "requestId": "q"})  # spoke 0 acknowledges
+    assert w.hub.resent >= 1 and fda[1].polls_answered == 1
+    assert fda[0].ctx.pauses == 0 and fda[0].fda_round == fda[1].fda_round == 1
+    assert not fda[0].ctx.backlog and len(fda[0]._X) == 1  # the held record went on
+    # what arrived but was never acknowledged (the new round's model: the spokes have not
+    # sent since) is sent once more, acknowledged as a copy, and then forgotten
+    for _ in range(2):
+        time.sleep(0.3)
+        resent = w.hub.resent
+        w.spokes[0].acknowledge(0, 0, force=True)
+        w.pump()
+    assert w.hub.resent == resent and all(not p for p in w.hub.unacked.values())
