@@ -206,10 +206,10 @@ class SpokeKernel:
         spoke whose push is in flight keeps going, and at the end of a stream it gets
         nothing but Queries, so a lost answer would leave every spoke ahead of it waiting
         for good (seen on digits, staleness 2)."""
-        if not self.paused and not any(n.calls_in_flight for n in self.nodes.values()):
-            return
-        now = time.monotonic()
+        now = time.monotonic()  # called for every record: the cheap test first
         if now - self.nudged < NUDGE_EVERY_S:
+            return
+        if not self.paused and not any(n.calls_in_flight for n in self.nodes.values()):
             return
         self.nudged = now
         for network, node in self.nodes.items():
