@@ -25,7 +25,16 @@ class Preprocessor(Component, abc.ABC):
     JSON then come from :class:`learning.component.Component`), implement
     :meth:`learn_transform`, :meth:`transform` and the JSON state hooks
     ``_parameters_json`` / ``_load_parameters``, and should override
-    :meth:`prequential_transform` with a vectorized version.
+    :meth:`prequential_transform` with a vectorized version. Those with running
+    statistics also override :meth:`statistics`, :meth:`load_statistics`,
+    :meth:`merge_statistics` and :meth:`subtract_statistics` (see
+    :mod:`learning.preprocessors.moments`), so that parameter-server hubs can merge the
+    statistics of several instances exactly.
+
+    References
+    ----------
+    Chan, T. F., Golub, G. H., LeVeque, R. J. (1983) Algorithms for computing the sample
+    variance: analysis and recommendations. The American Statistician 37(3):242–247.
     """
 
     @abc.abstractmethod
@@ -91,6 +100,86 @@ class Preprocessor(Component, abc.ABC):
             empty = self.transform(X[:0])
             return empty, empty
         return np.vstack(tested), np.vstack(learned)
+
+    # Mergeable statistics (papers/002 §3.3.1): preprocessors with running statistics
+    # override all four; these defaults describe a preprocessor that keeps none.
+
+    def statistics(self) -> dict | None:
+        """The sufficient statistics of the records learned, as a new dict.
+
+        Plain ints and new 1-D float64 arrays (never views of the internal state), e.g.
+        ``{"n": int, "mean": (d,), "m2": (d,)}``; ``{"n": 0}`` before any record. Two
+        instances' statistics combine with :meth:`merge_statistics`.
+
+        Returns
+        -------
+        dict or None
+            None: this preprocessor keeps no statistics (the default).
+        """
+        return None
+
+    def load_statistics(self, s: dict | None) -> None:
+        """Replace the running statistics with ``s`` (from :meth:`statistics`, or merged).
+
+        None or ``{"n": 0}`` returns to the no-record state; a width already known is
+        kept and checked against.
+
+        Parameters
+        ----------
+        s : dict or None
+
+        Raises
+        ------
+        ValueError
+            If ``s`` is invalid: here (no statistics kept), if it holds any record.
+        """
+        if s is not None and (not isinstance(s, dict) or s.get("n") != 0):
+            raise ValueError(f"{type(self).__name__} keeps no statistics; load_statistics "
+                             f"takes None or {{'n': 0}}, got {s!r}")
+
+    @classmethod
+    def merge_statistics(cls, a: dict | None, b: dict | None) -> dict | None:
+        """The statistics of the union of two disjoint record sets (Chan et al. 1983).
+
+        Parameters
+        ----------
+        a, b : dict or None
+            :meth:`statistics` of two instances; None or ``{"n": 0}`` for no records.
+
+        Returns
+        -------
+        dict or None
+            None for a preprocessor without statistics (the default).
+
+        Raises
+        ------
+        ValueError
+            If either side is invalid or the widths differ.
+        """
+        return None
+
+    @classmethod
+    def subtract_statistics(cls, total: dict | None, part: dict | None) -> dict | None:
+        """The statistics of the records in ``total`` that are not in ``part``
+        (``part ⊆ total``), the inverse of :meth:`merge_statistics`.
+
+        Parameters
+        ----------
+        total, part : dict or None
+            :meth:`statistics`; None or ``{"n": 0}`` for no records.
+
+        Returns
+        -------
+        dict or None
+            None for a preprocessor without statistics (the default).
+
+        Raises
+        ------
+        ValueError
+            If either side is invalid, the widths differ or ``part`` has more records
+            than ``total``.
+        """
+        return None
 
 
 class StatelessPreprocessor(Preprocessor):

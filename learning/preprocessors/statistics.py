@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from learning.errors import ParameterError
+from learning.preprocessors import moments
 from learning.preprocessors.base import Preprocessor
 
 __all__ = ["RunningMeanVariance"]
@@ -29,7 +30,9 @@ class RunningMeanVariance(Preprocessor):
     Each learned batch ``B`` (``(n_records, n_features)`` float64) is merged into the
     running moments with Chan et al.'s update: with ``n_A, mean_A, M2_A`` so far and
     ``n_B, mean_B, M2_B`` of the batch, ``δ = mean_B − mean_A``,
-    ``mean = mean_A + δ n_B / n``, ``M2 = M2_A + M2_B + δ² n_A n_B / n``.
+    ``mean = mean_A + δ n_B / n``, ``M2 = M2_A + M2_B + δ² n_A n_B / n``
+    (:func:`learning.preprocessors.moments.combine_moments`); the same update merges the
+    :meth:`statistics` of several instances (:meth:`merge_statistics`).
 
     Attributes
     ----------
@@ -82,20 +85,50 @@ class RunningMeanVariance(Preprocessor):
         return X
 
     def _learn(self, X: np.ndarray) -> None:
-        nb = X.shape[0]
-        if not nb:
+        if not X.shape[0]:
             return
-        mean_b = X.mean(axis=0)
-        m2_b = ((X - mean_b) ** 2).sum(axis=0)
+        batch = moments.batch_moments(X)
         if self.n == 0:
             self.n_features = X.shape[1]
-            self.n, self.mean, self._m2 = nb, mean_b, m2_b
+            self.n, self.mean, self._m2 = batch
             return
-        n = self.n + nb
-        delta = mean_b - self.mean
-        self.mean = self.mean + delta * (nb / n)
-        self._m2 = self._m2 + m2_b + delta * delta * (self.n * nb / n)
-        self.n = n
+        self.n, self.mean, self._m2 = moments.combine_moments(self.n, self.mean, self._m2,
+                                                              *batch)
+
+    def statistics(self) -> dict:
+        """``{"n": int, "mean": (d,), "m2": (d,)}`` float64 (new arrays), or ``{"n": 0}``
+        before any record."""
+        if self.n == 0:
+            return {"n": 0}
+        return {"n": self.n, "mean": self.mean.copy(), "m2": self._m2.copy()}
+
+    def load_statistics(self, s: dict | None) -> None:
+        """Replace the running moments with ``s``.
+
+        None or ``{"n": 0}`` returns to the no-record state (a known width is kept).
+
+        Raises
+        ------
+        learning.errors.ParameterError (a ValueError)
+            Naming the statistic rejected, e.g. a width other than ``n_features``
+            (:func:`learning.preprocessors.moments.check_moments`).
+        """
+        s = moments.check_moments(s, self.n_features)
+        if s is None:
+            self.n, self.mean, self._m2 = 0, None, None
+            return
+        self.n, self.n_features = s["n"], s["mean"].shape[0]
+        self.mean, self._m2 = s["mean"], s["m2"]
+
+    @classmethod
+    def merge_statistics(cls, a: dict | None, b: dict | None) -> dict:
+        """:func:`learning.preprocessors.moments.merge_moments`."""
+        return moments.merge_moments(a, b)
+
+    @classmethod
+    def subtract_statistics(cls, total: dict | None, part: dict | None) -> dict:
+        """:func:`learning.preprocessors.moments.subtract_moments`."""
+        return moments.subtract_moments(total, part)
 
     def learn_transform(self, X: np.ndarray) -> np.ndarray:
         """Learn the batch; return it unchanged (a copy).

@@ -51,6 +51,7 @@ class AdaptiveSpoke(ElasticAveragingSpoke):
         self.periods: list[int] = []  # records between consecutive exchanges
 
     def on_update(self) -> None:
+        super().on_update()
         self.threshold = loss_threshold(self.request.training_configuration)
 
     def accumulated_loss(self) -> float:

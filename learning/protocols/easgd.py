@@ -62,17 +62,31 @@ class ElasticAveragingHub(ShardedHub):
         self.rate = elastic_rate(self.request.training_configuration)
 
     @remote
-    def exchange(self, shard: np.ndarray, layout: dict) -> list:
-        """One elastic exchange with a spoke's model shard.
+    def exchange(self, shard: np.ndarray, layout: dict, spoke: int = -1,
+                 prep: list | None = None) -> list:
+        """One exchange with spoke ``spoke``'s model shard ``w_i`` (and, on hub 0, its
+        preprocessors' statistics since its last exchange).
+
+        ``average``: the elastic step ``α F`` of the module docstring. ``sum``: the centre
+        moves by the spoke's delta from the shard it was last answered with,
+        ``w̃ ← w̃ + (w_i − base_i)``, and the spoke is moved onto the new centre (its
+        step is ``w_i − w̃``; what it learned meanwhile is kept).
 
         Returns
         -------
-        ``[α F shard, layout]``: the step the hub took, which the spoke subtracts.
+        ``[step shard, layout, preprocessor statistics]``: the spoke subtracts the step.
         """
         [w_i] = self.align([(shard, layout)])
         centre = self.shard()
-        step = self.rate * (w_i - centre)
-        self.set_shard(centre + step)
+        if self.aggregation == "sum":
+            centre = self.sum_of_deltas([w_i], [self.base_of(spoke)])
+            step = w_i - centre
+            self.set_shard(centre)
+            self.remember_base(spoke, centre)
+        else:
+            step = self.rate * (w_i - centre)
+            self.set_shard(centre + step)
+        self.merge_preprocessors(prep)
         self.updates += 1
         self.rounds += 1
         return self.answer(step)
@@ -105,7 +119,8 @@ class ElasticAveragingSpoke(ShardedSpoke):
         self.pushes += 1
         self.in_flight = True
         self.on_exchange()
-        self.scatter("exchange", w, layout, sync=False, on_all=self._on_step)
+        self.scatter("exchange", w, layout, self.ctx.index, sync=False, on_all=self._on_step,
+                     prep=self.preprocessor_delta())
 
     def on_exchange(self) -> None:
         """Hook: an exchange is being sent."""
@@ -114,6 +129,7 @@ class ElasticAveragingSpoke(ShardedSpoke):
         learner = self.pipeline.learner
         step = self.assemble([a[0] for a in answers], [a[1] for a in answers])
         learner.set_params(learner.get_params() - step)
+        self.install_preprocessors(answers[0][-1])
         self.rounds += 1
         self.in_flight = False
         if self.due():

@@ -209,6 +209,7 @@ class EvenFlowSpoke(ShardedSpoke):
         self._update_sq: list[float] = []                   # ‖u_r‖², r = 0..ϰ
 
     def on_update(self) -> None:
+        super().on_update()
         self.threshold = threshold_of(self.request.training_configuration)
 
     def sphere_max(self) -> float:

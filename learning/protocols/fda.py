@@ -421,6 +421,7 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         self._start_monitoring()
 
     def on_update(self) -> None:
+        super().on_update()
         self.theta = threshold_of(self.request.training_configuration)
 
     # -- local state -----------------------------------------------------------------------

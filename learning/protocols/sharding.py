@@ -28,6 +28,36 @@ Weighted aggregation (papers/003_026f5d1641a0ab17.txt §II.B, eq. 2):
 synchronization (the plain mean when every ``γ_i`` is 0: then every ``w_i`` already is
 the last global model).
 
+Aggregation (``trainingConfiguration.aggregation``, :func:`aggregation_of`): how a hub folds
+the spokes' work into the global model. papers/002 §2.1 writes every parameter-server
+update as the weighted summation ``w̃ ← α·w̃ + β·Σ_i Δ_i`` of the spokes' deltas
+``Δ_i = w_i − w̃_0`` since the global model ``w̃_0`` they started from:
+
+- ``average``: ``β = γ_i / Σ γ_j`` — the weighted model average of eq. 2 above. §2.2.1
+  shows that with ``k`` spokes this is one learner with a ``k``-times larger mini-batch
+  at the same step size: it learns less per record than one learner on the whole stream.
+- ``sum``: ``β = 1`` — the global model moves by every spoke's delta, as if the spokes'
+  mini-batches had been learned one after the other from ``w̃_0``; for a linear learner
+  and one record per spoke this is sequential training up to the terms in which one
+  spoke's step would have seen another's (``tests/test_protocols.py``).
+
+Averaging rounds (BSP, FDA, EVENFLOW) start every spoke from the hub's ``w̃``, so a round
+with ``sum`` ends at ``w̃ + Σ_i (w_i − w̃)``. Asynchronous pushes (TAP, SSP) and elastic
+exchanges (EASGD, Adaptive) arrive at any time, so the hub remembers, per spoke, the
+global shard it last answered that spoke with (what the spoke installed, to which it added
+what it learned since) and adds ``w_i − base_i``. The default depends on the learner
+(:data:`DEFAULT_AGGREGATION`), chosen by measurement (see the README's learning-quality
+table); a Query's ``protocol.aggregation`` says which rule runs.
+
+Preprocessor statistics are part of the synchronized model. With every push a spoke sends
+hub 0 the running statistics its preprocessors gathered since they last synchronized
+(records, means, M2, minima, maxima: :meth:`learning.preprocessors.Preprocessor.statistics`
+minus the global statistics it installed last); hub 0 merges them exactly into the global
+statistics (Chan et al.'s parallel update) and answers with them; the spoke installs them
+plus whatever it learned while the push was in flight. After a round, every spoke and the
+global model scale features alike, as one scaler that saw every spoke's records would;
+the Query's ``model.preProcessors`` holds the global statistics.
+
 Accounting. Every spoke of these protocols reports ``rounds`` (synchronizations it took
 part in), ``pushes``, ``waitMs`` (milliseconds its stream was paused waiting on a
 synchronization), and ``syncMessagesSent`` / ``syncBytesSent``: the middleware's counts
@@ -49,16 +79,45 @@ import numpy as np
 from learning.errors import RequestError
 from learning.learners.base import as_labels, label_key
 from learning.protocols.base import PipelineHub, PipelineSpoke, RecordRejected
+from learning.registry import make_preprocessor
 from middleware import BroadcastPromise, remote
 
 __all__ = ["shard_bounds", "weighted_average", "fixed_layout", "ShardedSpoke", "ShardedHub",
-           "AveragingHub", "REPORT_METHOD"]
+           "AveragingHub", "REPORT_METHOD", "AGGREGATIONS", "DEFAULT_AGGREGATION",
+           "aggregation_of"]
 
 log = logging.getLogger(__name__)
 
 #: The one-way call that carries a spoke's statistics to hub 0 for a Query; not counted
 #: as synchronization traffic.
 REPORT_METHOD = "report"
+
+
+#: the rules of ``trainingConfiguration.aggregation`` (see the module docstring)
+AGGREGATIONS = ("average", "sum")
+
+#: learner class name → its default aggregation rule, chosen by measurement (the README's
+#: learning-quality table); learners not named here average
+DEFAULT_AGGREGATION: dict[str, str] = {}
+
+
+def aggregation_of(cfg: dict, learner: Any) -> str:
+    """``trainingConfiguration.aggregation``, or the learner's default
+    (:data:`DEFAULT_AGGREGATION`, else ``average``).
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``schema`` (field ``trainingConfiguration.aggregation``) when not one of
+        :data:`AGGREGATIONS`.
+    """
+    rule = cfg.get("aggregation")
+    if rule is None:
+        return DEFAULT_AGGREGATION.get(type(learner).__name__, "average")
+    if rule not in AGGREGATIONS:
+        raise RequestError("schema", f"aggregation must be one of {', '.join(AGGREGATIONS)}; "
+                           f"got {rule!r}", "trainingConfiguration.aggregation")
+    return rule
 
 
 def shard_bounds(size: int, m: int) -> list[tuple[int, int]]:
@@ -194,6 +253,11 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
         self.sync_failures = 0
         self._waits = 0
         self._wait_started = 0.0
+        self.aggregation = aggregation_of(request.training_configuration, learner)
+        # the preprocessors' global statistics installed last, and those sent with the
+        # push in flight (None for a preprocessor without statistics)
+        self._prep_base = [p.statistics() for p in self.pipeline.preprocessors]
+        self._prep_pushed: list | None = None
 
     def attach(self, ctx) -> None:
         """As :meth:`Node.attach`; the network must have ``hubParallelism`` hubs.
@@ -207,6 +271,39 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
             raise ValueError(f"pipeline {ctx.network} has hubParallelism {self.hub_parallelism} "
                              f"but its network has {ctx.n_hubs} hubs")
         super().attach(ctx)
+
+    def on_update(self) -> None:
+        self.aggregation = aggregation_of(self.request.training_configuration,
+                                          self.pipeline.learner)
+
+    # -- preprocessor statistics -----------------------------------------------------------
+    def preprocessor_delta(self) -> list | None:
+        """What this spoke's preprocessors learned since they last synchronized: per
+        preprocessor, its statistics minus the global ones it installed last (None for one
+        without statistics); None when no preprocessor has statistics. Remembers what it
+        sends, for :meth:`install_preprocessors`."""
+        preps = self.pipeline.preprocessors
+        if all(base is None for base in self._prep_base):
+            return None
+        now = [p.statistics() for p in preps]
+        self._prep_pushed = now
+        return [None if s is None else type(p).subtract_statistics(s, base)
+                for p, s, base in zip(preps, now, self._prep_base)]
+
+    def install_preprocessors(self, state: list | None) -> None:
+        """Install the global statistics hub 0 answered with, plus what was learned while
+        the push was in flight (merged exactly); a None ``state`` changes nothing."""
+        if state is None:
+            return
+        pushed = self._prep_pushed or self._prep_base
+        for i, (p, g) in enumerate(zip(self.pipeline.preprocessors, state)):
+            if g is None:
+                continue
+            cls = type(p)
+            meanwhile = cls.subtract_statistics(p.statistics(), pushed[i])
+            p.load_statistics(cls.merge_statistics(g, meanwhile))
+            self._prep_base[i] = g
+        self._prep_pushed = None
 
     # -- stream --------------------------------------------------------------------------
     def on_train(self, features: list, label: Any) -> None:
@@ -254,9 +351,11 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
         return learner.project(vec, layout)
 
     def scatter(self, method: str, w: np.ndarray, layout: dict, *args: Any, sync: bool,
-                on_all: Callable[[list], None]) -> None:
-        """Call ``method(shard_j, layout, *args)`` on every hub ``j`` and run
-        ``on_all(answers)`` (ordered by hub) once all ``m`` answered.
+                on_all: Callable[[list], None], prep: list | None = None) -> None:
+        """Call ``method(shard_j, layout, *args, prep_j)`` on every hub ``j`` and run
+        ``on_all(answers)`` (ordered by hub) once all ``m`` answered; ``prep`` (the
+        preprocessors' statistics, :meth:`preprocessor_delta`) goes to hub 0 only, the
+        other hubs get None.
 
         With ``sync`` the stream is paused (``then_sync``) until the last answer has been
         handled, and the pause is added to ``wait_ms``. A remote failure is logged,
@@ -300,7 +399,8 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
                 done()
 
         for j, (lo, hi) in enumerate(bounds):
-            call = getattr(self.peers[j], method)(w[lo:hi].copy(), layout, *args)
+            call = getattr(self.peers[j], method)(w[lo:hi].copy(), layout, *args,
+                                                  prep if j == 0 else None)
             call.on_error(failed)
             if sync:
                 call.then_sync(ok(j))
@@ -360,14 +460,17 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
         w, layout = self.vector()
         records, self.records_since_sync = self.records_since_sync, 0
         self.pushes += 1
+        prep = self.preprocessor_delta()
 
         def install(answers: list) -> None:
             w_global = self.assemble([a[0] for a in answers], [a[1] for a in answers])
             self.pipeline.learner.set_params(w_global)
+            self.install_preprocessors(answers[0][-1])
             self.rounds += 1
             on_done(w_global)
 
-        self.scatter("push", w, layout, records, self.ctx.index, sync=True, on_all=install)
+        self.scatter("push", w, layout, records, self.ctx.index, sync=True, on_all=install,
+                     prep=prep)
 
     # -- statistics ----------------------------------------------------------------------
     def protocol_statistics(self) -> dict:
@@ -375,7 +478,7 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
         messages, nbytes = self.sync_traffic()
         return {"rounds": self.rounds, "pushes": self.pushes, "waitMs": self.wait_ms,
                 "syncMessagesSent": messages, "syncBytesSent": nbytes,
-                "syncFailures": self.sync_failures}
+                "syncFailures": self.sync_failures, "aggregation": self.aggregation}
 
     def statistics(self) -> dict:
         out = super().statistics()
@@ -399,6 +502,63 @@ class ShardedHub(_Traffic, PipelineHub):
         if self.hub_parallelism > 1:
             fixed_layout(self.learner, self.hub_parallelism)
         self.rounds = 0
+        self.aggregation = aggregation_of(request.training_configuration, self.learner)
+        # hub 0: the preprocessors' global statistics (merged from every spoke's deltas)
+        self.preprocessors = [make_preprocessor(p, i) for i, p in enumerate(request.pre_processors)]
+        # asynchronous sum rule: per spoke, the shard (and layout) it was last answered with
+        self._bases: dict[int, tuple[np.ndarray, dict]] = {}
+
+    def update(self, request) -> None:
+        super().update(request)
+        self.aggregation = aggregation_of(self.request.training_configuration, self.learner)
+
+    # -- aggregation -----------------------------------------------------------------------
+    def sum_of_deltas(self, vectors: list[np.ndarray], bases: list[np.ndarray]) -> np.ndarray:
+        """``w̃ + Σ_i (w_i − base_i)``: this hub's shard moved by every spoke's delta
+        (the ``sum`` rule; all arrays ``(shard size,)`` float64 in the current layout)."""
+        w = self.shard().copy()
+        for v, b in zip(vectors, bases):
+            w += v - b
+        return w
+
+    def base_of(self, spoke: int) -> np.ndarray:
+        """The shard spoke ``spoke`` was last answered with, in the current layout (zeros
+        before its first answer: every node starts from the same zero vector, the
+        neural learners' displacement from the seeded initialization included)."""
+        got = self._bases.get(spoke)
+        if got is None:
+            return np.zeros_like(self.shard())
+        return self.align([got])[0]
+
+    def remember_base(self, spoke: int, v: np.ndarray) -> None:
+        """Spoke ``spoke`` is answered with shard ``v``: the base of its next delta."""
+        self._bases[spoke] = (np.array(v, dtype=np.float64), self.learner.layout())
+
+    # -- preprocessor statistics -------------------------------------------------------------
+    def merge_preprocessors(self, deltas: list | None) -> None:
+        """Merge one spoke's preprocessor statistics since its last synchronization into
+        the global ones (hub 0; None, from another hub's share, changes nothing).
+
+        Raises
+        ------
+        ValueError
+            When the statistics do not fit (another width, another number of
+            preprocessors).
+        """
+        if deltas is None:
+            return
+        if len(deltas) != len(self.preprocessors):
+            raise ValueError(f"got statistics of {len(deltas)} preprocessors, the pipeline "
+                             f"has {len(self.preprocessors)}")
+        for p, d in zip(self.preprocessors, deltas):
+            if d is not None:
+                p.load_statistics(type(p).merge_statistics(p.statistics(), d))
+
+    def preprocessor_state(self) -> list | None:
+        """The global preprocessor statistics answered to spokes (hub 0), else None."""
+        if self.ctx.index != 0 or all(p.statistics() is None for p in self.preprocessors):
+            return None
+        return [p.statistics() for p in self.preprocessors]
 
     def attach(self, ctx) -> None:
         """As :meth:`Node.attach`; the network must have ``hubParallelism`` hubs."""
@@ -453,12 +613,15 @@ class ShardedHub(_Traffic, PipelineHub):
         return out
 
     def answer(self, v: np.ndarray, *extra: Any) -> list:
-        """What hubs send back: ``[shard, layout, *extra]``."""
-        return [np.asarray(v, dtype=np.float64), self.learner.layout(), *extra]
+        """What hubs send back: ``[shard, layout, *extra, preprocessor statistics]`` (the
+        last item is None but on hub 0 of a pipeline with preprocessor statistics)."""
+        return [np.asarray(v, dtype=np.float64), self.learner.layout(), *extra,
+                self.preprocessor_state()]
 
     def global_statistics(self) -> dict:
         out = super().global_statistics()
-        out.update({"rounds": self.rounds, "hub": self.ctx.index, "hubs": self.ctx.n_hubs})
+        out.update({"rounds": self.rounds, "hub": self.ctx.index, "hubs": self.ctx.n_hubs,
+                    "aggregation": self.aggregation})
         return out
 
     def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
@@ -476,8 +639,18 @@ class ShardedHub(_Traffic, PipelineHub):
         return out
 
     def model_summary(self, limit: int) -> dict:
-        """As :meth:`PipelineHub.model_summary`; with ``m > 1`` it describes the shard
-        hub 0 owns (``shard``: ``{"hub", "hubs", "start", "stop", "size"}``)."""
+        """As :meth:`PipelineHub.model_summary`, with ``preProcessors``: the global
+        preprocessor statistics (JSON lists; null for one without statistics)."""
+        out = self._model_summary(limit)
+        out["preProcessors"] = [None if s is None else
+                                {k: v.tolist() if isinstance(v, np.ndarray) else v
+                                 for k, v in s.items()}
+                                for s in (p.statistics() for p in self.preprocessors)]
+        return out
+
+    def _model_summary(self, limit: int) -> dict:
+        """With ``m > 1`` it describes the shard hub 0 owns (``shard``: ``{"hub", "hubs",
+        "start", "stop", "size"}``)."""
         if not self.sharded:
             return super().model_summary(limit)
         lo, hi = self.bounds()
@@ -505,13 +678,19 @@ class AveragingHub(ShardedHub):
         self._pushed: dict[int, tuple[Any, dict, int]] = {}
 
     @remote
-    def push(self, shard: np.ndarray, layout: dict, records: int, spoke: int) -> BroadcastPromise:
-        """Spoke ``spoke``'s model shard for the current round, weighted by ``records``.
+    def push(self, shard: np.ndarray, layout: dict, records: int, spoke: int,
+             prep: list | None = None) -> BroadcastPromise:
+        """Spoke ``spoke``'s model shard for the current round, weighted by ``records``,
+        with its preprocessors' statistics since the last round (``prep``, hub 0).
+
+        The round's global shard is the weighted average (``average``) or ``w̃`` plus the
+        sum of the spokes' deltas from it (``sum``), see the module docstring.
 
         Returns
         -------
         BroadcastPromise
-            Answered to every spoke, once all pushed, with ``[w̃ shard, layout]``.
+            Answered to every spoke, once all pushed, with ``[w̃ shard, layout,
+            preprocessor statistics]``.
 
         Raises
         ------
@@ -523,12 +702,17 @@ class AveragingHub(ShardedHub):
             self._pushed = {}
         if spoke in self._pushed:
             raise ValueError(f"spoke {spoke} pushed twice in round {self.rounds + 1}")
-        self._pushed[spoke] = (shard, layout, int(records))
+        self._pushed[spoke] = (shard, layout, int(records), prep)
         p = self._round
         if len(self._pushed) == self.n_peers:
             order = sorted(self._pushed)
             vectors = self.align([self._pushed[i][:2] for i in order])
-            w = weighted_average(vectors, [self._pushed[i][2] for i in order])
+            if self.aggregation == "sum":  # every spoke started the round from w̃
+                w = self.sum_of_deltas(vectors, [self.shard()] * len(vectors))
+            else:
+                w = weighted_average(vectors, [self._pushed[i][2] for i in order])
+            for i in order:
+                self.merge_preprocessors(self._pushed[i][3])
             self.set_shard(w)
             self.rounds += 1
             self.updates += 1

@@ -91,41 +91,53 @@ class StaleSynchronousHub(ShardedHub):
         return min(self.clocks.get(i, 0) for i in range(self.n_peers))
 
     @remote
-    def push(self, shard: np.ndarray, layout: dict, records: int, spoke: int, clock: int):
-        """Spoke ``spoke``'s model shard at its clock ``clock`` (its ``clock``-th push).
+    def push(self, shard: np.ndarray, layout: dict, records: int, spoke: int, clock: int,
+             prep: list | None = None):
+        """Spoke ``spoke``'s model shard at its clock ``clock`` (its ``clock``-th push),
+        with its preprocessors' statistics since its last push (``prep``, hub 0).
+
+        ``average`` replaces the spoke's previous contribution to the weighted average;
+        ``sum`` adds its delta from the shard it was last answered with.
 
         Returns
         -------
-        ``[w̃ shard, layout, slowest clock]`` now, or a Promise of it held until
-        ``clock − min_j c_j ≤ staleness``.
+        ``[w̃ shard, layout, slowest clock, preprocessor statistics]`` now, or a Promise
+        of it held until ``clock − min_j c_j ≤ staleness``.
         """
         self.clocks[spoke] = max(self.clocks.get(spoke, 0), int(clock))
         self._latest[spoke] = (shard, layout, int(records))
-        order = sorted(self._latest)
-        vectors = self.align([self._latest[i][:2] for i in order])
-        weights = [self._latest[i][2] for i in order]
-        if sum(weights) > 0:
-            self.set_shard(weighted_average(vectors, weights))
+        if self.aggregation == "sum":
+            [w_i] = self.align([(shard, layout)])
+            self.set_shard(self.sum_of_deltas([w_i], [self.base_of(spoke)]))
+        else:
+            order = sorted(self._latest)
+            vectors = self.align([self._latest[i][:2] for i in order])
+            weights = [self._latest[i][2] for i in order]
+            if sum(weights) > 0:
+                self.set_shard(weighted_average(vectors, weights))
+        self.merge_preprocessors(prep)
         self.updates += 1
         self.rounds = self.min_clock()
         self._release()
         if clock - self.min_clock() <= self.staleness:
-            return self._answer_now(clock)
+            return self._answer_now(spoke, clock)
         p = Promise()
         self.held += 1
         self._waiting.append((spoke, int(clock), p))
         return p
 
-    def _answer_now(self, clock: int) -> list:
+    def _answer_now(self, spoke: int, clock: int) -> list:
         lead = clock - self.min_clock()
         self.max_lead = max(self.max_lead, lead)
-        return self.answer(self.shard(), self.min_clock())
+        shard = self.shard()
+        self.remember_base(spoke, shard)
+        return self.answer(shard, self.min_clock())
 
     def _release(self) -> None:
         still = []
         for spoke, clock, p in self._waiting:
             if clock - self.min_clock() <= self.staleness:
-                p.fulfil(self._answer_now(clock))
+                p.fulfil(self._answer_now(spoke, clock))
             else:
                 still.append((spoke, clock, p))
         self._waiting = still
@@ -154,6 +166,7 @@ class StaleSynchronousSpoke(ShardedSpoke):
         self._pushed: tuple[np.ndarray, dict] | None = None
 
     def on_update(self) -> None:
+        super().on_update()
         self.staleness = staleness_of(self.request.training_configuration)
 
     def after_batch(self, n_records: int) -> None:
@@ -172,13 +185,14 @@ class StaleSynchronousSpoke(ShardedSpoke):
         sync = self.clock - self.slowest > self.staleness
         self.waited += sync
         self.scatter("push", w, layout, records, self.ctx.index, self.clock, sync=sync,
-                     on_all=self._on_global)
+                     on_all=self._on_global, prep=self.preprocessor_delta())
 
     def _on_global(self, answers: list) -> None:
         learner = self.pipeline.learner
         w_global = self.assemble([a[0] for a in answers], [a[1] for a in answers])
         progress = learner.get_params() - self.in_current(self._pushed)
         learner.set_params(w_global + progress)
+        self.install_preprocessors(answers[0][-1])
         self.slowest = max(self.slowest, min(int(a[2]) for a in answers))
         self.rounds += 1
         self.in_flight = False

@@ -1,0 +1,368 @@
+"""Mergeable sufficient statistics of the records a preprocessor learned
+(papers/002_9b954bd89ad87406.txt §3.3.1).
+
+Two kinds, each a dict of plain ints and 1-D float64 arrays of one width ``d``:
+
+- moments ``{"n": int, "mean": (d,), "m2": (d,)}`` (``m2``: sum of squared deviations
+  from the mean), kept by the standard scaler and the running mean and variance;
+- extremes ``{"n": int, "min": (d,), "max": (d,)}``, kept by the min-max scaler.
+
+``{"n": 0}`` (or None) is the empty record set. ``merge_*`` gives the statistics of the
+union of two disjoint record sets; ``subtract_*`` those of the records of a set that are
+not in a subset of it. Spokes of a parameter server use them to send their new records'
+statistics to a hub, which merges them exactly into global statistics.
+
+References
+----------
+Chan, T. F., Golub, G. H., LeVeque, R. J. (1983) Algorithms for computing the sample
+variance: analysis and recommendations. The American Statistician 37(3):242–247
+(the pairwise update, eq. 1.5b).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from learning.errors import ParameterError
+
+__all__ = ["MOMENTS", "EXTREMES", "combine_moments", "batch_moments",
+           "check_moments", "merge_moments", "subtract_moments",
+           "check_extremes", "merge_extremes", "subtract_extremes"]
+
+MOMENTS = ("mean", "m2")
+EXTREMES = ("min", "max")
+
+
+def combine_moments(n_a: Any, mean_a: np.ndarray, m2_a: np.ndarray,
+                    n_b: Any, mean_b: np.ndarray, m2_b: np.ndarray
+                    ) -> tuple[Any, np.ndarray, np.ndarray]:
+    """Chan et al.'s pairwise update: the moments of the union of two disjoint record sets.
+
+    With ``δ = mean_b − mean_a`` and ``n = n_a + n_b``: ``mean = mean_a + δ n_b / n``,
+    ``m2 = m2_a + m2_b + δ² n_a n_b / n``. Unchecked; every argument may broadcast (e.g.
+    ``n_b`` a ``(n_records, 1)`` column of prefix counts).
+
+    Parameters
+    ----------
+    n_a, n_b : int or array of int, ``n_a + n_b > 0``
+        Record counts.
+    mean_a, mean_b, m2_a, m2_b : (d,) float64
+        Means and sums of squared deviations.
+
+    Returns
+    -------
+    n : int or array of int
+    mean, m2 : (d,) float64
+
+    References
+    ----------
+    Chan, Golub, LeVeque (1983), eq. 1.5b.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> n, mean, m2 = combine_moments(2, np.array([2.0]), np.array([2.0]),
+    ...                               1, np.array([5.0]), np.array([0.0]))
+    >>> n, mean.tolist(), m2.tolist()   # the moments of 1, 3, 5
+    (3, [3.0], [8.0])
+    """
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    return n, mean_a + delta * (n_b / n), m2_a + m2_b + delta * delta * (n_a * n_b / n)
+
+
+def batch_moments(X: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """Count, mean and sum of squared deviations of a batch, per feature.
+
+    Shifted by the first record, so a constant feature gets exactly its value as mean and
+    exactly 0 as ``m2``.
+
+    Parameters
+    ----------
+    X : (n_records, d) float64, n_records >= 1
+
+    Returns
+    -------
+    n : int
+    mean, m2 : (d,) float64
+    """
+    c = X[0]
+    D = X - c
+    shift = D.mean(axis=0)
+    return X.shape[0], c + shift, ((D - shift) ** 2).sum(axis=0)
+
+
+def _count(s: dict) -> int:
+    n = s.get("n")
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise ParameterError("n", f"n must be an integer >= 0, got {n!r}")
+    return int(n)
+
+
+def _vector(s: dict, name: str, d: int | None) -> np.ndarray:
+    try:
+        v = np.array(s.get(name), dtype=np.float64)  # a copy, never a view
+    except (TypeError, ValueError):
+        raise ParameterError(name, f"{name} must hold numbers") from None
+    if v.ndim != 1 or v.shape[0] < 1:
+        raise ParameterError(name, f"{name} must be a 1-D array of >= 1 numbers, got shape "
+                             f"{v.shape}")
+    if d is not None and v.shape[0] != d:
+        raise ParameterError(name, f"{name} has {v.shape[0]} features, expected {d}")
+    if not np.all(np.isfinite(v)):
+        raise ParameterError(name, f"{name} must be finite, got {v.tolist()}")
+    return v
+
+
+def _check(s: dict | None, keys: tuple[str, str], n_features: int | None) -> dict | None:
+    """A validated copy of ``s`` (ints and new float64 arrays), or None for no records."""
+    if s is None:
+        return None
+    if not isinstance(s, dict):
+        raise ParameterError("statistics", f"statistics must be a dict or None, got "
+                             f"{type(s).__name__}")
+    unknown = set(s) - {"n", *keys}
+    if unknown:
+        name = sorted(map(str, unknown))[0]
+        raise ParameterError(name, f"unknown statistic {name!r}; expected n, {', '.join(keys)}")
+    n = _count(s)
+    if n == 0:
+        return None
+    missing = [k for k in keys if s.get(k) is None]
+    if missing:
+        raise ParameterError(missing[0], f"{missing[0]} is required when n > 0")
+    first = _vector(s, keys[0], n_features)
+    return {"n": n, keys[0]: first, keys[1]: _vector(s, keys[1], first.shape[0])}
+
+
+def _same_width(a: dict | None, b: dict | None, key: str) -> None:
+    if a is not None and b is not None and a[key].shape != b[key].shape:
+        raise ParameterError(key, f"cannot combine statistics of {a[key].shape[0]} and "
+                             f"{b[key].shape[0]} features")
+
+
+def _subtracted_count(total: dict | None, part: dict | None) -> int:
+    n, n_a = (0 if total is None else total["n"]), (0 if part is None else part["n"])
+    if n_a > n:
+        raise ParameterError("n", f"part has more records ({n_a}) than total ({n})")
+    return n - n_a
+
+
+def check_moments(s: dict | None, n_features: int | None = None) -> dict | None:
+    """Validate moments ``{"n", "mean", "m2"}``.
+
+    Parameters
+    ----------
+    s : dict or None
+        ``{"n": int >= 0, "mean": (d,), "m2": (d,)}``; the arrays may be absent when
+        ``n == 0``.
+    n_features : int or None
+        The width ``d`` expected, if known.
+
+    Returns
+    -------
+    dict or None
+        A copy with new float64 arrays, or None when ``s`` holds no records.
+
+    Raises
+    ------
+    learning.errors.ParameterError (a ValueError)
+        Naming the statistic: a negative or non-integer ``n``, an unknown key, a missing,
+        non-finite or wrongly sized array, a negative ``m2``.
+    """
+    s = _check(s, MOMENTS, n_features)
+    if s is not None and np.any(s["m2"] < 0):
+        raise ParameterError("m2", f"m2 must be >= 0, got {s['m2'].tolist()}")
+    return s
+
+
+def merge_moments(a: dict | None, b: dict | None) -> dict:
+    """The moments of the union of two disjoint record sets (Chan et al. 1983).
+
+    Parameters
+    ----------
+    a, b : dict or None
+        Moments ``{"n", "mean": (d,), "m2": (d,)}``; None or ``{"n": 0}`` for no records.
+
+    Returns
+    -------
+    dict
+        New moments; ``{"n": 0}`` when neither side has records.
+
+    Raises
+    ------
+    learning.errors.ParameterError (a ValueError)
+        If either side is invalid (:func:`check_moments`) or the widths differ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = {"n": 2, "mean": np.array([2.0]), "m2": np.array([2.0])}   # records 1, 3
+    >>> b = {"n": 1, "mean": np.array([5.0]), "m2": np.array([0.0])}   # record 5
+    >>> m = merge_moments(a, b)
+    >>> m["n"], m["mean"].tolist(), m["m2"].tolist()
+    (3, [3.0], [8.0])
+    >>> merge_moments(None, {"n": 0})
+    {'n': 0}
+    """
+    a, b = check_moments(a), check_moments(b)
+    _same_width(a, b, "mean")
+    if a is None or b is None:
+        return a or b or {"n": 0}
+    n, mean, m2 = combine_moments(a["n"], a["mean"], a["m2"], b["n"], b["mean"], b["m2"])
+    return {"n": n, "mean": mean, "m2": m2}
+
+
+def subtract_moments(total: dict | None, part: dict | None) -> dict:
+    """The moments of the records in ``total`` that are not in ``part`` (``part ⊆ total``).
+
+    Chan et al.'s update solved for ``b``: ``n_b = n − n_a``,
+    ``δ = mean_b − mean_a = (mean − mean_a) n / n_b``, ``mean_b = mean_a + δ``,
+    ``m2_b = m2 − m2_a − δ² n_a n_b / n``, clamped at 0 against rounding. Equal means give
+    ``δ = 0`` exactly, so a constant feature keeps ``m2 == 0`` exactly.
+
+    Parameters
+    ----------
+    total, part : dict or None
+        Moments ``{"n", "mean": (d,), "m2": (d,)}``; None or ``{"n": 0}`` for no records.
+
+    Returns
+    -------
+    dict
+        New moments; ``{"n": 0}`` when ``part`` has every record of ``total``.
+
+    Raises
+    ------
+    learning.errors.ParameterError (a ValueError)
+        If either side is invalid (:func:`check_moments`), the widths differ, or ``part``
+        has more records than ``total``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> total = {"n": 3, "mean": np.array([3.0]), "m2": np.array([8.0])}   # records 1, 3, 5
+    >>> part = {"n": 2, "mean": np.array([2.0]), "m2": np.array([2.0])}    # records 1, 3
+    >>> b = subtract_moments(total, part)
+    >>> b["n"], b["mean"].tolist(), b["m2"].tolist()
+    (1, [5.0], [0.0])
+    >>> subtract_moments(total, total)
+    {'n': 0}
+    """
+    total, part = check_moments(total), check_moments(part)
+    _same_width(total, part, "mean")
+    n_b = _subtracted_count(total, part)
+    if n_b == 0:
+        return {"n": 0}
+    if part is None:
+        return total
+    n, n_a = total["n"], part["n"]
+    delta = (total["mean"] - part["mean"]) * (n / n_b)
+    m2 = np.maximum(total["m2"] - part["m2"] - delta * delta * (n_a * n_b / n), 0.0)
+    return {"n": n_b, "mean": part["mean"] + delta, "m2": m2}
+
+
+def check_extremes(s: dict | None, n_features: int | None = None) -> dict | None:
+    """Validate extremes ``{"n", "min", "max"}``.
+
+    Parameters
+    ----------
+    s : dict or None
+        ``{"n": int >= 0, "min": (d,), "max": (d,)}``; the arrays may be absent when
+        ``n == 0``.
+    n_features : int or None
+        The width ``d`` expected, if known.
+
+    Returns
+    -------
+    dict or None
+        A copy with new float64 arrays, or None when ``s`` holds no records.
+
+    Raises
+    ------
+    learning.errors.ParameterError (a ValueError)
+        Naming the statistic: a negative or non-integer ``n``, an unknown key, a missing,
+        non-finite or wrongly sized array, ``max < min``.
+    """
+    s = _check(s, EXTREMES, n_features)
+    if s is not None and np.any(s["max"] < s["min"]):
+        raise ParameterError("max", "max must be >= min")
+    return s
+
+
+def merge_extremes(a: dict | None, b: dict | None) -> dict:
+    """The extremes of the union of two disjoint record sets: counts added, elementwise
+    minimum and maximum.
+
+    Parameters
+    ----------
+    a, b : dict or None
+        Extremes ``{"n", "min": (d,), "max": (d,)}``; None or ``{"n": 0}`` for no records.
+
+    Returns
+    -------
+    dict
+        New extremes; ``{"n": 0}`` when neither side has records.
+
+    Raises
+    ------
+    learning.errors.ParameterError (a ValueError)
+        If either side is invalid (:func:`check_extremes`) or the widths differ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = merge_extremes({"n": 2, "min": np.array([1.0]), "max": np.array([3.0])},
+    ...                    {"n": 1, "min": np.array([5.0]), "max": np.array([5.0])})
+    >>> m["n"], m["min"].tolist(), m["max"].tolist()
+    (3, [1.0], [5.0])
+    """
+    a, b = check_extremes(a), check_extremes(b)
+    _same_width(a, b, "min")
+    if a is None or b is None:
+        return a or b or {"n": 0}
+    return {"n": a["n"] + b["n"], "min": np.minimum(a["min"], b["min"]),
+            "max": np.maximum(a["max"], b["max"])}
+
+
+def subtract_extremes(total: dict | None, part: dict | None) -> dict:
+    """The count of the records in ``total`` that are not in ``part`` (``part ⊆ total``),
+    with ``total``'s extremes.
+
+    Extremes cannot be subtracted; ``total``'s bound those of the remaining records, and
+    merging is idempotent for extremes, so ``merge_extremes(part, subtract_extremes(total,
+    part))`` is exactly ``total``, as is merging the result into any superset of ``part``.
+
+    Parameters
+    ----------
+    total, part : dict or None
+        Extremes ``{"n", "min": (d,), "max": (d,)}``; None or ``{"n": 0}`` for no records.
+
+    Returns
+    -------
+    dict
+        ``{"n": n − n_a, "min", "max"}`` (new arrays), or ``{"n": 0}`` when ``part`` has
+        every record of ``total``.
+
+    Raises
+    ------
+    learning.errors.ParameterError (a ValueError)
+        If either side is invalid (:func:`check_extremes`), the widths differ, or ``part``
+        has more records than ``total``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> total = {"n": 3, "min": np.array([1.0]), "max": np.array([5.0])}
+    >>> b = subtract_extremes(total, {"n": 2, "min": np.array([1.0]), "max": np.array([3.0])})
+    >>> b["n"], b["min"].tolist(), b["max"].tolist()
+    (1, [1.0], [5.0])
+    """
+    total, part = check_extremes(total), check_extremes(part)
+    _same_width(total, part, "min")
+    n_b = _subtracted_count(total, part)
+    if n_b == 0:
+        return {"n": 0}
+    return {**total, "n": n_b}

@@ -1,0 +1,197 @@
+"""How hubs fold spokes' work into the global model (``trainingConfiguration.aggregation``,
+issue 13): the ``sum`` rule against exact references, ``average`` unchanged, and the
+preprocessors' statistics merged at the hubs so that every spoke scales like one scaler
+that saw the whole stream.
+
+All on the in-process kernel, with the exact least-squares SGD learner of
+``tests/test_protocols.py`` and the project's own PA classifier and scalers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from learning import PAClassifier, StandardScaler
+from learning.errors import RequestError
+from learning.protocols import make_spoke
+from learning.protocols.sharding import DEFAULT_AGGREGATION, aggregation_of
+from learning.requests import parse_request
+from tests.test_protocols import (_least_squares_registered, centralized_sgd, create,  # noqa: F401
+                                  global_model, network, query, regression, sgd_step, stream)
+
+
+# -- the sum rule ---------------------------------------------------------------------------
+@pytest.mark.parametrize("k,m", [(3, 1), (4, 2)])
+def test_bsp_sum_is_centralized_sgd_with_k_times_the_batch_and_the_step(k, m):
+    """papers/002 §2.1 with β = 1: after every mini-batch the global model moves by the sum
+    of the k spokes' SGD steps from it, i.e. one machine's SGD on the k·b records with a
+    k-times larger step (the average is the same batch at the same step, §2.2.1)."""
+    b, rounds, lr = 8, 20, 0.02
+    X, y = regression(k * b * rounds, seed=11)
+    net = network(create("Synchronous", hubs=m, batch=b, aggregation="sum",
+                         learner={"name": "LeastSquaresSGD",
+                                  "hyperParameters": {"learning_rate": lr},
+                                  "parameters": {"n_features": 5}}),
+                  k, m, shuffle=True, duplicate=0.2, seed=3)
+    stream(net, X, y, every=3)
+    expected = centralized_sgd(X, y, k * b, lr=k * lr)
+    assert np.max(np.abs(global_model(net) - expected)) < 1e-9
+    for s in net.spokes:
+        assert np.max(np.abs(s.pipeline.learner.get_params() - expected)) < 1e-9
+    assert query(net)["protocol"]["aggregation"] == "sum"
+
+
+def _pa(aggregation: str, protocol: str = "Synchronous", **extra) -> dict:
+    return create(protocol, batch=1, aggregation=aggregation,
+                  learner={"name": "PA", "hyperParameters": {"C": 1.0, "mode": 1, "learn_intercept": False},
+                           "parameters": {"n_features": 8, "classes": [0, 1]}}, **extra)
+
+
+@pytest.mark.parametrize("protocol", ["Synchronous", "Asynchronous", "FDA"])
+def test_sum_of_one_record_per_spoke_is_sequential_training_where_steps_do_not_interact(protocol):
+    """One record per spoke, all from the same start, records on disjoint features (no
+    record's step changes another's margin): the sum rule gives exactly the model one PA
+    learner gets from the records one after the other; the average gives 1/k of it."""
+    k = 4
+    X = np.zeros((k, 8))
+    for i in range(k):
+        X[i, 2 * i:2 * i + 2] = [1.0 + i, -0.5 * i]
+    y = np.array([1, 0, 1, 0])
+    extra = {"threshold": 1e-9} if protocol == "FDA" else {}
+    models = {}
+    for rule in ("sum", "average"):
+        net = network(_pa(rule, protocol, **extra), k, 1)
+        stream(net, X, y, every=1)
+        query(net)  # closes the round of the protocols that wait for one
+        models[rule] = global_model(net)
+    # one learner of the same pipeline, the records one after the other
+    ref = make_spoke(parse_request(_pa("sum"))).pipeline.learner
+    for i in range(k):
+        ref.fit(X[i:i + 1], [int(y[i])])
+    w = ref.get_params()
+    assert np.abs(w).sum() > 0
+    # however the pushes are grouped into rounds, the deltas add up to the same model
+    assert np.max(np.abs(models["sum"] - w)) < 1e-12
+    if protocol == "Synchronous":  # one round of all four: the average is a quarter of it
+        assert np.max(np.abs(models["average"] - w / k)) < 1e-12
+
+
+def tap_sum_reference(X, y, k: int, b: int, M: int, lr: float = 0.05) -> tuple[list, np.ndarray]:
+    """Asynchronous pushes under the sum rule, computed directly: records round-robin,
+    SGD per mini-batch, a push every M mini-batches answered at once; the global model
+    moves by the spoke's delta from the global it was last answered with."""
+    local = [np.zeros(6) for _ in range(k)]
+    base = [np.zeros(6) for _ in range(k)]
+    g = np.zeros(6)
+    buf: list[list] = [[] for _ in range(k)]
+    batches = [0] * k
+    for i in range(len(X)):
+        s = i % k
+        buf[s].append(i)
+        if len(buf[s]) < b:
+            continue
+        local[s] = sgd_step(local[s], X[buf[s]], y[buf[s]], lr)
+        buf[s], batches[s] = [], batches[s] + 1
+        if batches[s] % M == 0:
+            g = g + local[s] - base[s]
+            local[s], base[s] = g.copy(), g.copy()
+    return local, g
+
+
+@pytest.mark.parametrize("protocol,m", [("Asynchronous", 1), ("Asynchronous", 3),
+                                        ("SSP", 1), ("EASGD", 1), ("EASGD", 2)])
+def test_asynchronous_sum_adds_each_push_delta_from_what_that_spoke_was_answered(protocol, m):
+    k, b, M = 3, 4, 2
+    X, y = regression(k * b * M * 15, seed=12)
+    extra = {"staleness": 10_000} if protocol == "SSP" else {}
+    net = network(create(protocol, hubs=m, batch=b, batches=M, aggregation="sum", **extra), k, m)
+    stream(net, X, y, every=1)
+    local, g = tap_sum_reference(X, y, k, b, M)
+    assert np.max(np.abs(global_model(net) - g)) < 1e-12
+    for s in range(k):
+        assert np.max(np.abs(net.spokes[s].pipeline.learner.get_params() - local[s])) < 1e-12
+
+
+def test_aggregation_is_validated_and_defaults_by_learner():
+    with pytest.raises(RequestError) as e:
+        aggregation_of({"aggregation": "median"}, PAClassifier())
+    assert e.value.field == "trainingConfiguration.aggregation"
+    assert aggregation_of({}, PAClassifier()) == DEFAULT_AGGREGATION.get("PAClassifier", "average")
+    assert aggregation_of({"aggregation": "average"}, PAClassifier()) == "average"
+
+
+def test_an_update_switches_the_rule_of_a_running_pipeline():
+    X, y = regression(300, seed=13)
+    net = network(create("Synchronous", batch=10, aggregation="average"), 2, 1)
+    stream(net, X[:100], y[:100])
+    upd = parse_request({"id": 5, "request": "Update", "requestId": "u",
+                         "trainingConfiguration": {"aggregation": "sum"}})
+    for node in (*net.spokes, *net.hubs):
+        node.update(upd)
+    stream(net, X[100:], y[100:])
+    q = query(net)
+    assert q["protocol"]["aggregation"] == "sum"
+    assert {s["aggregation"] for s in q["spokes"]} == {"sum"}
+
+
+# -- preprocessor statistics -------------------------------------------------------------------
+@pytest.mark.parametrize("protocol,extra", [("Synchronous", {}), ("Asynchronous", {}),
+                                            ("SSP", {"staleness": 1}), ("EASGD", {}),
+                                            # a round after every mini-batch, the
+                                            # Query's flushed one included
+                                            ("FDA", {"threshold": 1e-12}),
+                                            ("EVENFLOW", {"threshold": 1e-12})])
+def test_every_spoke_scales_like_one_scaler_over_the_whole_stream_after_a_round(protocol, extra):
+    """Spokes get very different shares (spoke 0 only large values): after the Query's
+    round, hub 0's global statistics and every spoke's equal one StandardScaler that
+    learned every record, and the Query's model shows them."""
+    k = 3
+    rng = np.random.default_rng(14)
+    X = rng.normal(size=(900, 5)) * [1, 10, 100, 1, 1] + [0, 5, -50, 3, 0]
+    y = X @ rng.normal(size=5)
+    spoke_of = (lambda i: 0 if X[i, 0] > 0.5 else 1 + i % 2)
+    net = network(create(protocol, batch=10, batches=2, pre=[{"name": "StandardScaler"}], **extra),
+                  k, 1)
+    stream(net, X, y, spoke_of=spoke_of)
+    q = query(net)
+    while any(net.paused(i) for i in range(k)) or q["fitted"] < len(X):
+        q = query(net)
+    if protocol in ("Asynchronous", "SSP", "EASGD"):  # pushes answered one by one: twice more
+        for s in net.spokes:
+            s.exchange() if protocol == "EASGD" else s._push()
+            net.run()
+        for s in net.spokes:  # the first spokes' answers predate the later pushes
+            s.exchange() if protocol == "EASGD" else s._push()
+            net.run()
+    one = StandardScaler()
+    one.learn_transform(X)
+    probe = rng.normal(size=(7, 5)) * 20
+    expected = one.transform(probe)
+    hub_scaler = net.hubs[0].preprocessors[0]
+    assert hub_scaler.n == len(X)
+    np.testing.assert_allclose(hub_scaler.transform(probe), expected, rtol=1e-9, atol=1e-9)
+    for s in net.spokes:
+        scaler = s.pipeline.preprocessors[0]
+        assert scaler.n == len(X)
+        np.testing.assert_allclose(scaler.transform(probe), expected, rtol=1e-9, atol=1e-9)
+    stats = query(net)["model"]["preProcessors"][0]
+    assert stats["n"] == len(X)
+    np.testing.assert_allclose(stats["mean"], one.mean, rtol=1e-9)
+
+
+def test_independent_learners_keep_their_own_statistics():
+    X, y = regression(300, seed=15)
+    net = network(create("Independent", batch=10, pre=[{"name": "StandardScaler"}]), 2, 1)
+    stream(net, X, y)
+    assert [s.pipeline.preprocessors[0].n for s in net.spokes] == [150, 150]
+
+
+def test_stateless_preprocessors_add_nothing_to_the_messages():
+    X, y = regression(400, seed=16)
+    sizes = {}
+    for pre in ([], [{"name": "FeatureSelector", "hyperParameters": {"indices": [0, 1, 2, 3, 4]}}]):
+        net = network(create("Synchronous", batch=10, pre=pre), 2, 1)
+        stream(net, X, y)
+        sizes[len(pre)] = query(net)["protocol"]["syncBytesToHubs"]
+    assert sizes[0] == sizes[1]
