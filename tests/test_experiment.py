@@ -1,16 +1,23 @@
-"""``omldm experiment protocols``: the command writes the table (markdown), the JSON rows
-with the keys the issue names, and the PNG; on the in-process kernel and, for two
-protocols on a slice of Shuttle, on the Flink MiniCluster through the local broker."""
+"""``omldm experiment protocols`` (alias ``quality``): the command writes the table
+(markdown), the JSON rows with the keys the issue names, and the PNG; on the in-process
+kernel and, for two protocols on a slice of Shuttle, on the Flink MiniCluster through the
+local broker. Every dataset has a Centralized reference row (one spoke, the whole stream);
+the datasets' loaders return documented shapes in a deterministic order."""
 
 from __future__ import annotations
 
 import io
 import json
+import time
 
+import numpy as np
 import pytest
 
+from flink_jobs import experiment
 from flink_jobs.cli import main
-from flink_jobs.experiment import run_experiment, run_local, summarize
+from flink_jobs.experiment import (DATASETS, QUICK_LIMIT, markdown_table, run_experiment,
+                                   run_local, summarize)
+from learning.datasets import phishing, synth
 
 KEYS = {"dataset", "protocol", "variant", "prequential_accuracy", "bytes_to_hubs",
         "bytes_to_spokes", "rounds", "records_per_second"}
@@ -78,3 +85,129 @@ def test_the_experiment_on_the_flink_minicluster(broker, tmp_path):
     assert all(r["bytes_to_hubs"] + r["bytes_to_spokes"] < bsp for r in rows[1:])
     assert json.loads((tmp_path / "flink.json").read_text()) == rows
     assert "| shuttle | EVENFLOW (fast) |" in out.getvalue()
+
+
+def test_quick_run_has_a_centralized_row_per_dataset_equal_to_a_single_spoke_run(tmp_path, capsys):
+    path = tmp_path / "quick.json"
+    t0 = time.perf_counter()
+    assert main(["experiment", "quality", "--kernel", "local", "--quick", "--json", str(path)]) == 0
+    assert time.perf_counter() - t0 < 60
+    rows = json.loads(path.read_text())
+    runs = [("Centralized", None, 1), ("Independent", None, 4), ("Synchronous", None, 4),
+            ("FDA", "naive", 4)]
+    assert [(r["dataset"], r["protocol"], r["variant"], r["spokes"]) for r in rows] == [
+        (ds, p, v, k) for ds in DATASETS for p, v, k in runs]
+    assert all(KEYS | {"spokes", "aggregation"} <= set(r) and r["aggregation"] is None
+               for r in rows)
+    for row in rows[::4]:
+        n = min(QUICK_LIMIT, 1250 if row["dataset"] == "phishing" else QUICK_LIMIT)
+        assert row["kernel"] == "local" and row["fitted"] + row["predicted"] == n
+        direct = run_local(row["dataset"], "Independent", None, {}, spokes=1, limit=QUICK_LIMIT)
+        for key in ("prequential_accuracy", "mean_loss", "fitted", "predicted", "loss_curve"):
+            assert row[key] == direct[key], (row["dataset"], key)
+    table = capsys.readouterr().out
+    assert "| Δ vs centralized | Δ vs BSP |" in table
+    for ds in DATASETS:
+        central = next(r for r in rows if r["dataset"] == ds and r["protocol"] == "Centralized")
+        line = next(x for x in table.splitlines() if x.startswith(f"| {ds} | Centralized |"))
+        assert line.split(" | ")[2:4] == [f"{central['prequential_accuracy']:.4f}", "+0.0000"]
+        assert f"| {ds} | Independent |" in table and f"| {ds} | FDA (naive) |" in table
+
+
+def test_a_spokes_sweep_groups_by_spokes_and_runs_centralized_once(tmp_path):
+    out = io.StringIO()
+    rows = run_experiment(tmp_path / "sweep.json", kernel="local", datasets=("phishing",),
+                          spokes=(2, 4), repeats=2, quick=True, out=out)
+    assert [(r["protocol"], r["spokes"], r["repeat"]) for r in rows] == [
+        ("Centralized", 1, 0)] + [(p, k, rep) for k in (2, 4) for rep in (0, 1)
+                                  for p in ("Independent", "Synchronous", "FDA")]
+    summary = summarize(rows)
+    assert [(r["protocol"], r["spokes"], r["runs"]) for r in summary] == [
+        ("Centralized", 1, 1)] + [(p, k, 2) for k in (2, 4)
+                                  for p in ("Independent", "Synchronous", "FDA")]
+    lines = out.getvalue().splitlines()
+    bsp = [x for x in lines if x.startswith("| phishing | Synchronous |")]
+    assert len(bsp) == 2 and all(x.split(" | ")[4] == "+0.0000" for x in bsp)
+    # two BSP lines: the one-spoke Centralized row has no BSP to compare with
+    central = next(x for x in lines if x.startswith("| phishing | Centralized |"))
+    assert central.split(" | ")[4] == "–"
+
+
+def test_aggregation_goes_to_every_run_but_centralized_and_independent(tmp_path, monkeypatch):
+    calls = []
+
+    def fake(dataset, protocol, variant, extra, *, spokes=4, limit=None, seed=0, **_):
+        calls.append((dataset, protocol, variant, dict(extra), spokes, limit))
+        return {"dataset": dataset, "protocol": protocol, "variant": variant, "spokes": spokes,
+                "aggregation": extra.get("aggregation"), "prequential_accuracy": 0.5,
+                "mean_loss": 1.0, "bytes_to_hubs": 10, "bytes_to_spokes": 10, "rounds": 1,
+                "records_per_second": 1.0, "kernel": "local", "loss_curve": [[1, 1.0]]}
+
+    monkeypatch.setattr(experiment, "run_local", fake)
+    rows = run_experiment(tmp_path / "agg.json", kernel="local", datasets=("shuttle", "rbf"),
+                          spokes=(2, 8), aggregation="sum", limit=100, out=io.StringIO())
+    for ds in ("shuttle", "rbf"):
+        mine = [c for c in calls if c[0] == ds]
+        assert mine[0][1:3] == ("Independent", None) and mine[0][4] == 1  # Centralized
+        assert len(mine) == 1 + 2 * len(experiment.SETTINGS[ds])
+        for _, protocol, _, extra, _, limit in mine:
+            assert limit == 100
+            assert ("aggregation" in extra) == (protocol != "Independent")
+        assert [c[4] for c in mine[1:]] == [2] * 11 + [8] * 11
+    assert [r["aggregation"] for r in rows if r["protocol"] in ("Centralized", "Independent")] \
+        == [None] * 6
+    assert {r["aggregation"] for r in rows
+            if r["protocol"] not in ("Centralized", "Independent")} == {"sum"}
+    assert {r["protocol"] for r in rows if r["spokes"] == 1} == {"Centralized"}
+    with pytest.raises(ValueError, match="aggregation"):
+        run_experiment(tmp_path / "x.json", kernel="local", aggregation="median")
+    with pytest.raises(ValueError, match="spokes"):
+        run_experiment(tmp_path / "x.json", kernel="local", spokes=(4, 0))
+
+
+def test_the_table_reads_bytes_relative_to_bsp_as_a_fraction():
+    def row(protocol, variant, acc, nbytes, spokes=4):
+        return {"dataset": "d", "protocol": protocol, "variant": variant, "spokes": spokes,
+                "prequential_accuracy": acc, "mean_loss": 0.1, "bytes_to_hubs": nbytes,
+                "bytes_to_spokes": nbytes, "rounds": 3, "records_per_second": 10.0}
+
+    table = markdown_table([row("Centralized", None, 0.95, 0, 1),
+                            row("Synchronous", None, 0.9, 6200),
+                            row("FDA", "naive", 0.85, 1000), row("Asynchronous", None, 0.8, 9300)])
+    lines = {x.split(" | ")[1]: x.split(" | ") for x in table.splitlines()[2:]}
+    assert lines["FDA (naive)"][3:6] == ["-0.1000", "-0.0500", "4"]
+    assert lines["FDA (naive)"][8] == "1/6.2" and lines["Asynchronous"][8] == "1.50"
+    assert lines["Synchronous"][8] == "1.00" and lines["Centralized"][8] == "0"
+    assert lines["Centralized"][4] == "+0.0500"
+
+
+def test_the_experiment_help_is_plain_text(capsys):
+    with pytest.raises(SystemExit):
+        main(["experiment", "--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text and ":data:" not in text and ":mod:" not in text
+    for flag in ("--spokes", "--aggregation", "--quick", "quality"):
+        assert flag in text
+
+
+@pytest.mark.parametrize("name, n_features, n_classes", [
+    ("waveform", 21, 3), ("rbf", 20, 5), ("led", 7, 10), ("hyperplane", 10, 2)])
+def test_the_generators_give_documented_shapes_deterministically(name, n_features, n_classes):
+    X, y = synth(name)
+    assert X.shape == (50_000, n_features) and X.dtype == np.float64
+    assert y.shape == (50_000,) and y.dtype == np.int64
+    assert set(np.unique(y)) == set(range(n_classes))
+    X2, y2 = synth(name, n=2_000)  # the same generator, the same order: a prefix
+    assert np.array_equal(X2, X[:2_000]) and np.array_equal(y2, y[:2_000])
+    X3, _ = synth(name, n=2_000, seed=7)
+    assert not np.array_equal(X3, X2)
+    with pytest.raises(ValueError, match="unknown generator"):
+        synth("sea")
+
+
+def test_phishing_gives_documented_shape_deterministically():
+    X, y = phishing()
+    assert X.shape == (1_250, 9) and X.dtype == np.float64 and y.shape == (1_250,)
+    assert set(np.unique(y)) == {0, 1} and 0.0 <= X.min() and X.max() <= 1.0
+    X2, y2 = phishing()
+    assert np.array_equal(X, X2) and np.array_equal(y, y2)

@@ -97,8 +97,13 @@ REPORT_METHOD = "report"
 AGGREGATIONS = ("average", "sum")
 
 #: learner class name → its default aggregation rule, chosen by measurement (the README's
-#: learning-quality table); learners not named here average
-DEFAULT_AGGREGATION: dict[str, str] = {}
+#: learning-quality table); learners not named here average. In-process kernel, 4 spokes,
+#: BSP after every mini-batch of 16, prequential accuracy (centralized learner in brackets):
+#: PA on digits average 0.946, sum 0.958 (0.966); on RandomRBF average 0.779, sum 0.800
+#: (0.801). The MLP (Adam) on digits: average 0.928, sum 0.904 (0.925): k Adam steps added
+#: overshoot. SVM (Pegasos) on digits: average 0.897, sum 0.211 (0.944): every spoke's step
+#: also shrinks w by (1 − ηλ), and k shrinkages added diverge.
+DEFAULT_AGGREGATION: dict[str, str] = {"PAClassifier": "sum"}
 
 
 def aggregation_of(cfg: dict, learner: Any) -> str:
