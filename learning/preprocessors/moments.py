@@ -28,7 +28,7 @@ import numpy as np
 
 from learning.errors import ParameterError
 
-__all__ = ["MOMENTS", "EXTREMES", "combine_moments", "batch_moments",
+__all__ = ["MOMENTS", "EXTREMES", "MergeableStatistics", "combine_moments", "batch_moments",
            "check_moments", "merge_moments", "subtract_moments",
            "check_extremes", "merge_extremes", "subtract_extremes"]
 
@@ -366,3 +366,62 @@ def subtract_extremes(total: dict | None, part: dict | None) -> dict:
     if n_b == 0:
         return {"n": 0}
     return {**total, "n": n_b}
+
+
+class MergeableStatistics:
+    """What a preprocessor with running statistics of one kind (:data:`MOMENTS` or
+    :data:`EXTREMES`, named by ``_STATISTICS``) shares: ``statistics``,
+    ``load_statistics``, ``merge_statistics`` and ``subtract_statistics`` of
+    :class:`learning.preprocessors.Preprocessor`, from two hooks: ``_get_statistics()``
+    (the two arrays of the kind, ``(d,)`` float64 each, while ``n > 0``) and
+    ``_set_statistics(n, a, b)`` (``a``, ``b`` None for ``n = 0``). The class keeps ``n``
+    and ``n_features``.
+    """
+
+    _STATISTICS: tuple[str, str]
+
+    def _kind(self) -> tuple:
+        return _KINDS[self._STATISTICS]
+
+    def statistics(self) -> dict:
+        """``{"n": int, <the kind's two statistics>: (d,) float64}`` (new arrays), or
+        ``{"n": 0}`` before any record."""
+        if self.n == 0:
+            return {"n": 0}
+        a, b = self._get_statistics()
+        return {"n": self.n, self._STATISTICS[0]: np.array(a, dtype=np.float64),
+                self._STATISTICS[1]: np.array(b, dtype=np.float64)}
+
+    def load_statistics(self, s: dict | None) -> None:
+        """Replace the running statistics with ``s``; None or ``{"n": 0}`` returns to the
+        no-record state (a known width is kept).
+
+        Raises
+        ------
+        learning.errors.ParameterError (a ValueError)
+            Naming the statistic rejected, e.g. a width other than ``n_features``
+            (:func:`check_moments`, :func:`check_extremes`).
+        """
+        s = self._kind()[0](s, self.n_features)
+        if s is None:
+            self._set_statistics(0, None, None)
+            return
+        a, b = (s[k] for k in self._STATISTICS)
+        self.n_features = a.shape[0]
+        self._set_statistics(s["n"], a, b)
+
+    @classmethod
+    def merge_statistics(cls, a: dict | None, b: dict | None) -> dict:
+        """:func:`merge_moments` or :func:`merge_extremes`."""
+        return _KINDS[cls._STATISTICS][1](a, b)
+
+    @classmethod
+    def subtract_statistics(cls, total: dict | None, part: dict | None) -> dict:
+        """:func:`subtract_moments` or :func:`subtract_extremes` (for extremes the count is
+        subtracted and the extremes stay ``total``'s, which merging keeps exact)."""
+        return _KINDS[cls._STATISTICS][2](total, part)
+
+
+#: kind → (check, merge, subtract)
+_KINDS = {MOMENTS: (check_moments, merge_moments, subtract_moments),
+          EXTREMES: (check_extremes, merge_extremes, subtract_extremes)}

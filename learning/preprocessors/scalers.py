@@ -138,7 +138,7 @@ class _RunningScaler(Preprocessor):
         """Hook: reject loaded statistics that are inconsistent (a ParameterError)."""
 
 
-class StandardScaler(_RunningScaler):
+class StandardScaler(moments.MergeableStatistics, _RunningScaler):
     """Running standard scaler: ``(x - mean) / std`` per feature, river-exact.
 
     Mean and (population) variance are running statistics of every record learned so far.
@@ -169,6 +169,7 @@ class StandardScaler(_RunningScaler):
     """
 
     _STATS = ("mean", "var")
+    _STATISTICS = moments.MOMENTS
 
     def __init__(self, with_std: bool = True):
         self.with_std = with_std
@@ -232,43 +233,15 @@ class StandardScaler(_RunningScaler):
         if np.any(self.var < 0):
             raise ParameterError("var", "var must be >= 0")
 
-    def statistics(self) -> dict:
-        """``{"n": int, "mean": (d,), "m2": (d,)}`` float64 (new arrays; ``m2 = var n``,
-        the sum of squared deviations), or ``{"n": 0}`` before any record."""
-        if self.n == 0:
-            return {"n": 0}
-        return {"n": self.n, "mean": self.mean.copy(), "m2": self.var * self.n}
+    # mergeable statistics (moments.MergeableStatistics): m2 = var · n
+    def _get_statistics(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.mean, self.var * self.n
 
-    def load_statistics(self, s: dict | None) -> None:
-        """Replace the running mean and variance with moments ``s`` (``var = m2 / n``).
-
-        None or ``{"n": 0}`` returns to the no-record state (a known width is kept).
-
-        Raises
-        ------
-        learning.errors.ParameterError (a ValueError)
-            Naming the statistic rejected, e.g. a width other than ``n_features``
-            (:func:`learning.preprocessors.moments.check_moments`).
-        """
-        s = moments.check_moments(s, self.n_features)
-        if s is None:
-            self.n, self.mean, self.var = 0, None, None
-            return
-        self.n, self.n_features = s["n"], s["mean"].shape[0]
-        self.mean, self.var = s["mean"], s["m2"] / s["n"]
-
-    @classmethod
-    def merge_statistics(cls, a: dict | None, b: dict | None) -> dict:
-        """:func:`learning.preprocessors.moments.merge_moments`."""
-        return moments.merge_moments(a, b)
-
-    @classmethod
-    def subtract_statistics(cls, total: dict | None, part: dict | None) -> dict:
-        """:func:`learning.preprocessors.moments.subtract_moments`."""
-        return moments.subtract_moments(total, part)
+    def _set_statistics(self, n: int, mean: np.ndarray | None, m2: np.ndarray | None) -> None:
+        self.n, self.mean, self.var = n, mean, None if m2 is None else m2 / n
 
 
-class MinMaxScaler(_RunningScaler):
+class MinMaxScaler(moments.MergeableStatistics, _RunningScaler):
     """Running min-max scaler: ``(x - min) / (max - min)`` per feature, river-exact.
 
     A feature whose range is still 0 maps to 0 (as does everything before the first
@@ -291,6 +264,7 @@ class MinMaxScaler(_RunningScaler):
     """
 
     _STATS = ("min", "max")
+    _STATISTICS = moments.EXTREMES
 
     def __init__(self):
         self.n = 0
@@ -338,38 +312,9 @@ class MinMaxScaler(_RunningScaler):
         if np.any(self.max < self.min):
             raise ParameterError("max", "max must be >= min")
 
-    def statistics(self) -> dict:
-        """``{"n": int, "min": (d,), "max": (d,)}`` float64 (new arrays), or ``{"n": 0}``
-        before any record."""
-        if self.n == 0:
-            return {"n": 0}
-        return {"n": self.n, "min": self.min.copy(), "max": self.max.copy()}
+    # mergeable statistics (moments.MergeableStatistics)
+    def _get_statistics(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.min, self.max
 
-    def load_statistics(self, s: dict | None) -> None:
-        """Replace the running extremes with ``s``.
-
-        None or ``{"n": 0}`` returns to the no-record state (a known width is kept).
-
-        Raises
-        ------
-        learning.errors.ParameterError (a ValueError)
-            Naming the statistic rejected, e.g. a width other than ``n_features``
-            (:func:`learning.preprocessors.moments.check_extremes`).
-        """
-        s = moments.check_extremes(s, self.n_features)
-        if s is None:
-            self.n, self.min, self.max = 0, None, None
-            return
-        self.n, self.n_features = s["n"], s["min"].shape[0]
-        self.min, self.max = s["min"], s["max"]
-
-    @classmethod
-    def merge_statistics(cls, a: dict | None, b: dict | None) -> dict:
-        """:func:`learning.preprocessors.moments.merge_extremes`."""
-        return moments.merge_extremes(a, b)
-
-    @classmethod
-    def subtract_statistics(cls, total: dict | None, part: dict | None) -> dict:
-        """:func:`learning.preprocessors.moments.subtract_extremes` (the count is
-        subtracted; the extremes stay ``total``'s, which merging keeps exact)."""
-        return moments.subtract_extremes(total, part)
+    def _set_statistics(self, n: int, lo: np.ndarray | None, hi: np.ndarray | None) -> None:
+        self.n, self.min, self.max = n, lo, hi

@@ -19,7 +19,7 @@ from learning.preprocessors.base import Preprocessor
 __all__ = ["RunningMeanVariance"]
 
 
-class RunningMeanVariance(Preprocessor):
+class RunningMeanVariance(moments.MergeableStatistics, Preprocessor):
     """Keep the running per-feature mean and variance; pass the records through.
 
     A monitor in the pipeline: it transforms nothing (:meth:`transform` returns a copy of
@@ -55,6 +55,8 @@ class RunningMeanVariance(Preprocessor):
     >>> stats.n, stats.mean.tolist(), stats.var.tolist()
     (3, [3.0, 10.0], [2.6666666666666665, 0.0])
     """
+
+    _STATISTICS = moments.MOMENTS
 
     def __init__(self):
         self.n = 0
@@ -95,40 +97,12 @@ class RunningMeanVariance(Preprocessor):
         self.n, self.mean, self._m2 = moments.combine_moments(self.n, self.mean, self._m2,
                                                               *batch)
 
-    def statistics(self) -> dict:
-        """``{"n": int, "mean": (d,), "m2": (d,)}`` float64 (new arrays), or ``{"n": 0}``
-        before any record."""
-        if self.n == 0:
-            return {"n": 0}
-        return {"n": self.n, "mean": self.mean.copy(), "m2": self._m2.copy()}
+    # mergeable statistics (moments.MergeableStatistics)
+    def _get_statistics(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.mean, self._m2
 
-    def load_statistics(self, s: dict | None) -> None:
-        """Replace the running moments with ``s``.
-
-        None or ``{"n": 0}`` returns to the no-record state (a known width is kept).
-
-        Raises
-        ------
-        learning.errors.ParameterError (a ValueError)
-            Naming the statistic rejected, e.g. a width other than ``n_features``
-            (:func:`learning.preprocessors.moments.check_moments`).
-        """
-        s = moments.check_moments(s, self.n_features)
-        if s is None:
-            self.n, self.mean, self._m2 = 0, None, None
-            return
-        self.n, self.n_features = s["n"], s["mean"].shape[0]
-        self.mean, self._m2 = s["mean"], s["m2"]
-
-    @classmethod
-    def merge_statistics(cls, a: dict | None, b: dict | None) -> dict:
-        """:func:`learning.preprocessors.moments.merge_moments`."""
-        return moments.merge_moments(a, b)
-
-    @classmethod
-    def subtract_statistics(cls, total: dict | None, part: dict | None) -> dict:
-        """:func:`learning.preprocessors.moments.subtract_moments`."""
-        return moments.subtract_moments(total, part)
+    def _set_statistics(self, n: int, mean: np.ndarray | None, m2: np.ndarray | None) -> None:
+        self.n, self.mean, self._m2 = n, mean, m2
 
     def learn_transform(self, X: np.ndarray) -> np.ndarray:
         """Learn the batch; return it unchanged (a copy).
