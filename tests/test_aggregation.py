@@ -136,7 +136,8 @@ def test_an_update_switches_the_rule_of_a_running_pipeline():
 
 
 # -- preprocessor statistics -------------------------------------------------------------------
-@pytest.mark.parametrize("protocol,extra", [("Synchronous", {}), ("Asynchronous", {}),
+@pytest.mark.parametrize("protocol,extra", [("Synchronous", {}), ("Synchronous", {"hubs": 3}),
+                                            ("Asynchronous", {}), ("Asynchronous", {"hubs": 2}),
                                             ("SSP", {"staleness": 1}), ("EASGD", {}),
                                             # a round after every mini-batch, the
                                             # Query's flushed one included
@@ -151,8 +152,9 @@ def test_every_spoke_scales_like_one_scaler_over_the_whole_stream_after_a_round(
     X = rng.normal(size=(900, 5)) * [1, 10, 100, 1, 1] + [0, 5, -50, 3, 0]
     y = X @ rng.normal(size=5)
     spoke_of = (lambda i: 0 if X[i, 0] > 0.5 else 1 + i % 2)
+    m = extra.get("hubs", 1)  # statistics travel to and from hub 0 only
     net = network(create(protocol, batch=10, batches=2, pre=[{"name": "StandardScaler"}], **extra),
-                  k, 1)
+                  k, m)
     stream(net, X, y, spoke_of=spoke_of)
     q = query(net)
     while any(net.paused(i) for i in range(k)) or q["fitted"] < len(X):
