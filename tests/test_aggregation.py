@@ -197,3 +197,18 @@ def test_stateless_preprocessors_add_nothing_to_the_messages():
         stream(net, X, y)
         sizes[len(pre)] = query(net)["protocol"]["syncBytesToHubs"]
     assert sizes[0] == sizes[1]
+
+
+def test_statistics_that_do_not_fit_are_left_out_never_raised():
+    """A push whose statistics hub 0 cannot merge (another width) must still end its
+    round: the statistics are left out and counted, the model is still aggregated."""
+    X, y = regression(200, seed=17)
+    net = network(create("Synchronous", batch=10, pre=[{"name": "StandardScaler"}]), 2, 1)
+    stream(net, X, y)
+    hub = net.hubs[0]
+    before = hub.preprocessors[0].statistics()
+    hub.merge_preprocessors([{"n": 3, "mean": np.zeros(2), "m2": np.ones(2)}])  # 2 features
+    hub.merge_preprocessors([None, None])  # two preprocessors, the pipeline has one
+    assert hub.preprocessor_merge_errors == 2
+    assert hub.preprocessors[0].statistics()["n"] == before["n"]
+    assert query(net)["protocol"]["preprocessorMergeErrors"] == 2

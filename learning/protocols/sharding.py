@@ -297,18 +297,25 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
 
     def install_preprocessors(self, state: list | None) -> None:
         """Install the global statistics hub 0 answered with, plus what was learned while
-        the push was in flight (merged exactly); a None ``state`` changes nothing."""
+        the push was in flight (merged exactly); a None ``state`` changes nothing.
+        Statistics that do not fit this spoke's (another width) leave its own in place,
+        logged and counted in ``sync_failures``."""
         if state is None:
             return
         pushed = self._prep_pushed or self._prep_base
+        self._prep_pushed = None
         for i, (p, g) in enumerate(zip(self.pipeline.preprocessors, state)):
             if g is None:
                 continue
             cls = type(p)
-            meanwhile = cls.subtract_statistics(p.statistics(), pushed[i])
-            p.load_statistics(cls.merge_statistics(g, meanwhile))
+            try:
+                meanwhile = cls.subtract_statistics(p.statistics(), pushed[i])
+                p.load_statistics(cls.merge_statistics(g, meanwhile))
+            except (ValueError, TypeError, KeyError) as exc:
+                self.sync_failures += 1
+                log.warning("%s: global preprocessor statistics not installed: %s", self.name, exc)
+                continue
             self._prep_base[i] = g
-        self._prep_pushed = None
 
     # -- stream --------------------------------------------------------------------------
     def on_train(self, features: list, label: Any) -> None:
@@ -512,6 +519,7 @@ class ShardedHub(_Traffic, PipelineHub):
         self.preprocessors = [make_preprocessor(p, i) for i, p in enumerate(request.pre_processors)]
         # asynchronous sum rule: per spoke, the shard (and layout) it was last answered with
         self._bases: dict[int, tuple[np.ndarray, dict]] = {}
+        self.preprocessor_merge_errors = 0
 
     def update(self, request) -> None:
         super().update(request)
@@ -544,20 +552,25 @@ class ShardedHub(_Traffic, PipelineHub):
         """Merge one spoke's preprocessor statistics since its last synchronization into
         the global ones (hub 0; None, from another hub's share, changes nothing).
 
-        Raises
-        ------
-        ValueError
-            When the statistics do not fit (another width, another number of
-            preprocessors).
+        Statistics that do not fit (another width, another number of preprocessors: spokes
+        that took different record widths) are left out, logged and counted in
+        ``preprocessor_merge_errors``, never raised: a round must end whatever a spoke sent.
         """
         if deltas is None:
             return
-        if len(deltas) != len(self.preprocessors):
-            raise ValueError(f"got statistics of {len(deltas)} preprocessors, the pipeline "
-                             f"has {len(self.preprocessors)}")
-        for p, d in zip(self.preprocessors, deltas):
-            if d is not None:
-                p.load_statistics(type(p).merge_statistics(p.statistics(), d))
+        try:
+            if len(deltas) != len(self.preprocessors):
+                raise ValueError(f"got statistics of {len(deltas)} preprocessors, the pipeline "
+                                 f"has {len(self.preprocessors)}")
+            merged = [None if d is None else type(p).merge_statistics(p.statistics(), d)
+                      for p, d in zip(self.preprocessors, deltas)]
+        except (ValueError, TypeError, KeyError) as exc:
+            self.preprocessor_merge_errors += 1
+            log.warning("%s: preprocessor statistics left out: %s", self.name, exc)
+            return
+        for p, m in zip(self.preprocessors, merged):
+            if m is not None:
+                p.load_statistics(m)
 
     def preprocessor_state(self) -> list | None:
         """The global preprocessor statistics answered to spokes (hub 0), else None."""
@@ -626,7 +639,8 @@ class ShardedHub(_Traffic, PipelineHub):
     def global_statistics(self) -> dict:
         out = super().global_statistics()
         out.update({"rounds": self.rounds, "hub": self.ctx.index, "hubs": self.ctx.n_hubs,
-                    "aggregation": self.aggregation})
+                    "aggregation": self.aggregation,
+                    "preprocessorMergeErrors": self.preprocessor_merge_errors})
         return out
 
     def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
