@@ -82,10 +82,12 @@ class ElasticAveragingHub(ShardedHub):
             centre = self.sum_of_deltas([w_i], [self.base_of(spoke)])
             step = w_i - centre
             self.set_shard(centre)
-            self.remember_base(spoke, centre)
         else:
             step = self.rate * (w_i - centre)
             self.set_shard(centre + step)
+        # what the spoke is moved to (before what it learned meanwhile): the base of its
+        # next delta, kept under either rule so that an Update may switch rules
+        self.remember_base(spoke, w_i - step)
         self.merge_preprocessors(prep)
         self.updates += 1
         self.rounds += 1
