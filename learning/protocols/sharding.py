@@ -39,7 +39,7 @@ update as the weighted summation ``w̃ ← α·w̃ + β·Σ_i Δ_i`` of the spok
 - ``sum``: ``β = 1`` — the global model moves by every spoke's delta, as if the spokes'
   mini-batches had been learned one after the other from ``w̃_0``; for a linear learner
   and one record per spoke this is sequential training up to the terms in which one
-  spoke's step would have seen another's (``tests/test_protocols.py``).
+  spoke's step would have seen another's (``tests/test_aggregation.py``).
 
 Averaging rounds (BSP, FDA, EVENFLOW) start every spoke from the hub's ``w̃``, so a round
 with ``sum`` ends at ``w̃ + Σ_i (w_i − w̃)``. Asynchronous pushes (TAP, SSP) and elastic
@@ -574,9 +574,10 @@ class ShardedHub(_Traffic, PipelineHub):
 
     def preprocessor_state(self) -> list | None:
         """The global preprocessor statistics answered to spokes (hub 0), else None."""
-        if self.ctx.index != 0 or all(p.statistics() is None for p in self.preprocessors):
+        if self.ctx.index != 0:
             return None
-        return [p.statistics() for p in self.preprocessors]
+        state = [p.statistics() for p in self.preprocessors]
+        return None if all(s is None for s in state) else state
 
     def attach(self, ctx) -> None:
         """As :meth:`Node.attach`; the network must have ``hubParallelism`` hubs."""
