@@ -29,6 +29,7 @@ setup(
         "test": [
             "pytest==9.2.0",  # the test runner
             "hypothesis==6.170.15",  # property tests of the middleware (codec, FIFO channels)
+            "confluent-kafka==2.16.1",  # librdkafka producer for benchmarks/e2e.py: kafka-python's (~44,000 msg/s) would be the bottleneck
         ],
     },
     entry_points={"console_scripts": ["omldm = flink_jobs.cli:main"]},

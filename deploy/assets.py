@@ -4,6 +4,9 @@
   taken from the PyPI wheel ``shigawire-apache-flink-libraries==2.0.0.post1``, a
   redistribution of Apache's ``flink-connector-kafka`` 4.0.1-2.0. The wheel is only
   *downloaded* (never installed: it would overwrite pyflink's own lib folder).
+* omldm's own Java operator (``flink_jobs/java``: the record batcher in front of the
+  spokes) is compiled from its source with the JDK's ``javac`` against PyFlink's jars into
+  ``omldm-java-<sha256 of the sources>.jar``: no binary is kept in the repository.
 * The Shuttle data file (``shuttle.csv.gz``, 49,097 rows) ships in river >= 0.26, which
   cannot be installed beside PyFlink (numpy pins); it is taken from the river 0.26.1 wheel.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,7 +31,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AssetError", "cache_dir", "connector_jars", "shuttle_csv", "fetch_all"]
+__all__ = ["AssetError", "cache_dir", "connector_jars", "omldm_jar", "job_jars", "shuttle_csv",
+           "fetch_all"]
 
 
 class AssetError(RuntimeError):
@@ -97,6 +102,53 @@ def connector_jars() -> list[Path]:
     return _fetch(_JARS)
 
 
+JAVA_SOURCES = Path(__file__).resolve().parent.parent / "flink_jobs" / "java"
+
+
+def omldm_jar() -> Path:
+    """Path of omldm's own operators' jar (``omldm.RecordBatcher``), compiled on first use.
+
+    Built with ``javac --release 11`` (any JDK >= 11; the jar runs on Java 11 and newer)
+    against the Flink jars in the installed PyFlink, and cached under a name that carries
+    the sources' sha256, so an edited source is compiled again.
+
+    Raises
+    ------
+    AssetError
+        When no ``javac`` is found (``$JAVA_HOME/bin`` or ``PATH``) or compiling fails.
+    """
+    sources = sorted(JAVA_SOURCES.rglob("*.java"))
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
+    target = cache_dir() / f"omldm-java-{digest}.jar"
+    if target.is_file():
+        return target
+    home = os.environ.get("JAVA_HOME")
+    javac = next((str(c) for c in ([Path(home) / "bin" / "javac"] if home else []) if c.is_file()),
+                 None) or shutil.which("javac")
+    jar = str(Path(javac).parent / "jar") if javac else None
+    if not javac or not Path(jar).is_file():
+        raise AssetError("javac and jar (a JDK >= 11) are needed to build omldm's record batcher; "
+                         "install one, or run with max_batch_delay_ms=0 (--max-batch-delay-ms 0)")
+    import pyflink  # the Flink API jars the operator compiles against
+    classpath = os.pathsep.join(str(p) for p in (Path(pyflink.__file__).parent / "lib").glob("*.jar"))
+    with tempfile.TemporaryDirectory() as tmp:
+        run = subprocess.run([javac, "--release", "11", "-nowarn", "-cp", classpath, "-d", tmp]
+                             + [str(p) for p in sources], capture_output=True, text=True)
+        if run.returncode != 0:
+            raise AssetError(f"compiling {JAVA_SOURCES} failed: {run.stderr.strip()[-2000:]}")
+        part = target.with_suffix(".part")
+        run = subprocess.run([jar, "cf", str(part), "-C", tmp, "."], capture_output=True, text=True)
+        if run.returncode != 0:
+            raise AssetError(f"jar failed: {run.stderr.strip()[-2000:]}")
+        part.replace(target)
+    return target
+
+
+def job_jars() -> list[Path]:
+    """Every jar the job needs on its classpath: the Kafka connector and omldm's own."""
+    return connector_jars() + [omldm_jar()]
+
+
 def shuttle_csv() -> Path:
     """Path of the checked ``shuttle.csv.gz`` (49,097 rows, f1..f9, anomaly)."""
     return _fetch((_SHUTTLE,))[0]
@@ -104,7 +156,7 @@ def shuttle_csv() -> Path:
 
 def fetch_all() -> list[Path]:
     """Fetch and check every asset; returns their paths."""
-    return connector_jars() + [shuttle_csv()]
+    return job_jars() + [shuttle_csv()]
 
 
 if __name__ == "__main__":

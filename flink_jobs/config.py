@@ -52,6 +52,15 @@ class JobConfig:
         ``python.fn-execution.bundle.size`` (records), process mode.
     bundle_time_ms : int
         ``python.fn-execution.bundle.time`` (milliseconds), process mode.
+    max_batch_delay_ms : int
+        Data records bound for one spoke cross from the JVM into Python together, in a
+        batch assembled in Java (``omldm.RecordBatcher``, compiled from ``flink_jobs/java``):
+        a batch leaves when it is this old (milliseconds, processing time) or full, and
+        before every checkpoint barrier. 0: one record per crossing, no Java operator.
+    max_batch_records : int
+        A batch leaves when it holds this many records.
+    max_batch_bytes : int
+        A batch leaves when its records hold this many bytes.
     startup_mode : str
         Where sources start: ``"earliest-offset"`` or ``"latest-offset"`` (the Flink SQL
         Kafka connector's ``scan.startup.mode``; also used for the DataStream sources).
@@ -105,6 +114,9 @@ class JobConfig:
     fetch_max_wait_ms: int = 20
     bundle_size: int = 1000
     bundle_time_ms: int = 10
+    max_batch_delay_ms: int = 5
+    max_batch_records: int = 1000
+    max_batch_bytes: int = 1 << 20
     startup_mode: str = "earliest-offset"
     group_id: str = "omldm"
     max_request_bytes: int = 1_000_000
@@ -138,13 +150,14 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         for name in ("spokes", "hubs", "bundle_size", "max_request_bytes", "max_pipelines",
-                     "max_model_params", "max_response_params"):
+                     "max_model_params", "max_response_params", "max_batch_records",
+                     "max_batch_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
         for name in ("buffer_timeout_ms", "fetch_max_wait_ms", "bundle_time_ms",
-                     "checkpoint_interval_ms"):
+                     "checkpoint_interval_ms", "max_batch_delay_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.execution_mode not in ("thread", "process"):

@@ -139,9 +139,10 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
     table = f"omldm_data_{uuid.uuid4().hex[:8]}"
     security = "".join(f",\n            'properties.{k}' = '{v.replace(chr(39), chr(39) * 2)}'"
                        for k, v in cfg.connection.java_properties().items())
+    batched = cfg.max_batch_delay_ms > 0
     t_env.execute_sql(f"""
         CREATE TEMPORARY TABLE {table} (
-            `v` STRING,
+            `v` {"BYTES" if batched else "STRING"},
             `topic` STRING METADATA VIRTUAL
         ) WITH (
             'connector' = 'kafka',
@@ -153,14 +154,25 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
             'value.format' = 'raw'{security}
         )""")
     spoke_keys = hub_keys(cfg.spokes)  # the key that lands on spoke subtask i, for each i
-    tagged = t_env.sql_query(
-        f"SELECT ARRAY[{', '.join(map(str, spoke_keys))}][RAND_INTEGER({cfg.spokes}) + 1] AS k, "
-        f"CASE WHEN `topic` = '{t.forecasting}' THEN CONCAT('P', `v`) "
-        f"ELSE CONCAT('T', `v`) END AS r FROM {table}")
-    data = _keyed(t_env.to_append_stream(tagged, Types.ROW([Types.INT(), Types.STRING()])),
-                  Types.STRING())
-
+    key = f"ARRAY[{', '.join(map(str, spoke_keys))}][RAND_INTEGER({cfg.spokes}) + 1]"
     bytes_type = Types.PRIMITIVE_ARRAY(Types.BYTE())
+    if batched:  # one crossing per batch: omldm.RecordBatcher (flink_jobs/java)
+        rows = t_env.to_append_stream(
+            t_env.sql_query(f"SELECT {key} AS k, `topic` <> '{t.forecasting}' AS t, `v` FROM {table}"),
+            Types.ROW([Types.INT(), Types.BOOLEAN(), bytes_type]))
+        batcher = get_gateway().jvm.omldm.RecordBatcher(
+            cfg.max_batch_delay_ms, cfg.max_batch_records, cfg.max_batch_bytes)
+        batches = DataStream(rows._j_data_stream.transform(
+            "batch-records", Types.ROW([Types.INT(), bytes_type]).get_java_type_info(), batcher)
+            .uid("batch-records"))
+        data = _keyed(batches, bytes_type)
+    else:
+        tagged = t_env.sql_query(
+            f"SELECT {key} AS k, CASE WHEN `topic` = '{t.forecasting}' THEN CONCAT('P', `v`) "
+            f"ELSE CONCAT('T', `v`) END AS r FROM {table}")
+        data = _keyed(t_env.to_append_stream(tagged, Types.ROW([Types.INT(), Types.STRING()])),
+                      Types.STRING())
+
     keyed_bytes = Types.ROW([Types.INT(), bytes_type])
     no_wm = WatermarkStrategy.no_watermarks()
     to_spokes = _ToSpokes(spoke_keys)

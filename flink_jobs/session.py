@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from deploy.assets import connector_jars
+from deploy.assets import job_jars
 from deploy.broker import LocalBroker
 from flink_jobs.config import JobConfig, Topics
 from flink_jobs.kafka_io import JsonProducer, TopicReader, create_topics
@@ -35,7 +35,7 @@ def local_config(bootstrap_servers: str, *, topic_prefix: str = "", **kw) -> Job
     kw.setdefault("checkpoint_interval_ms", 0)
     topics = Topics(**{f: topic_prefix + v for f, v in Topics().__dict__.items()})
     return JobConfig(bootstrap_servers=bootstrap_servers, topics=topics,
-                     jars=tuple(p.as_uri() for p in connector_jars()), **kw)
+                     jars=tuple(p.as_uri() for p in job_jars()), **kw)
 
 
 class Session:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import struct
 import time
 from collections import deque
 from typing import Any
@@ -232,19 +233,38 @@ class SpokeKernel:
 
     # -- data ----------------------------------------------------------------------------
     def on_data(self, line: str) -> None:
-        """A training (``T``) or forecasting (``P``) line from the SQL source.
+        """A training (``T``) or forecasting (``P``) line from the SQL source (one record
+        per crossing, ``max_batch_delay_ms = 0``)."""
+        self._nudge()
+        self._line(line[0] == _TRAIN, line[1:])
+
+    def on_batch(self, data: bytes) -> None:
+        """A batch of data records from ``omldm.RecordBatcher`` (``flink_jobs/java``):
+        little-endian ``int32 n``, ``int32 length[n]``, ``uint8 training[n]``, then the n
+        records' bytes, in the order they came. Each is handled as :meth:`on_data` would:
+        a pipeline paused in the middle of the batch holds the rest in its backlog."""
+        self._nudge()
+        n = int.from_bytes(data[:4], "little")
+        pos = 4 + 5 * n
+        training = data[4 + 4 * n:pos]
+        view = memoryview(data)
+        for i, length in enumerate(struct.unpack_from(f"<{n}i", data, 4)):
+            self._line(training[i] == 1, view[pos:pos + length])
+            pos += length
+
+    def _line(self, train: bool, raw: str | memoryview) -> None:
+        """One Kafka record (a JSON object or array of them) to every pipeline.
 
         Each record goes to every pipeline; a pipeline whose stream is paused (waiting on
         its hubs, ``then_sync``) holds it in its own backlog, in order, and the other
         pipelines go on: one pipeline's synchronization never holds up another's.
         """
-        self._nudge()
         try:
-            obj = orjson.loads(line[1:])
+            obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            self._dead(line, f"not valid JSON: {exc}")
+            self._dead(raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace"),
+                       f"not valid JSON: {exc}")
             return
-        train = line[0] == _TRAIN
         for rec in (obj if isinstance(obj, list) else (obj,)):
             if not isinstance(rec, dict) or "features" not in rec:
                 self._dead(rec, "a record is a JSON object with a 'features' list")
@@ -283,8 +303,7 @@ class SpokeKernel:
     def _dead(self, record: Any, reason: str) -> None:
         for node in self.nodes.values():
             node.rejected += 1
-        self.emit("deadLetters", {"spoke": self.index, "reason": reason,
-                                  "record": record if not isinstance(record, str) else record[1:]})
+        self.emit("deadLetters", {"spoke": self.index, "reason": reason, "record": record})
 
     # -- messages ------------------------------------------------------------------------
     def on_message(self, data: bytes) -> None:
@@ -489,7 +508,10 @@ class SpokeFunction(KeyedCoProcessFunction):
 
     def process_element1(self, value, ctx):
         kernel = self._kernel()
-        kernel.on_data(value)
+        if isinstance(value, str):
+            kernel.on_data(value)
+        else:
+            kernel.on_batch(bytes(value))
         yield from self._emit(kernel)
 
     def process_element2(self, value, ctx):
