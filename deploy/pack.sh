@@ -9,7 +9,8 @@
 #                      (skipped with --no-venv; several minutes and ~1 GB: torch, pyflink)
 #   omldm-src.zip      the packages flink_jobs learning middleware operators deploy, for `-pyfs`
 #   jars/              flink-connector-kafka.jar and kafka-clients.jar (sha256-checked by
-#                      deploy/assets.py), for `flink run -C URL` (once per jar)
+#                      deploy/assets.py) and omldm-java-*.jar (compiled from flink_jobs/java),
+#                      for `flink run -C URL` (once per jar)
 # and prints the `flink run` command that uses them.
 #
 # PYTHON=/path/to/python3.11 picks the interpreter the venv is built from. A venv is not
@@ -61,16 +62,17 @@ mkdir -p "$out/jars"
 work="$(mktemp -d "${TMPDIR:-/tmp}/omldm-pack.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-# (c) the connector jars, from the checked cache (downloaded on first use)
-echo "pack.sh: connector jars -> $out/jars"
-(cd "$root" && "$python" -c 'from deploy.assets import connector_jars
-for p in connector_jars(): print(p)') > "$work/jars.txt"
+# (c) the connector jars, from the checked cache (downloaded on first use), and omldm's own
+#     (the record batcher, compiled from flink_jobs/java with javac)
+echo "pack.sh: connector jars and omldm's -> $out/jars"
+(cd "$root" && "$python" -c 'from deploy.assets import job_jars
+for p in job_jars(): print(p)') > "$work/jars.txt"
 jar_urls=()
 while IFS= read -r jar; do
   cp -f "$jar" "$out/jars/"
   jar_urls+=("file://$out/jars/$(basename "$jar")")
 done < "$work/jars.txt"
-[ "${#jar_urls[@]}" -eq 2 ] || { echo "pack.sh: expected 2 connector jars, got ${#jar_urls[@]}" >&2; exit 1; }
+[ "${#jar_urls[@]}" -eq 3 ] || { echo "pack.sh: expected 3 jars, got ${#jar_urls[@]}" >&2; exit 1; }
 
 # (b) the source zip: package folders at the zip's root, no caches
 echo "pack.sh: sources -> $out/omldm-src.zip"

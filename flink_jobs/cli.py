@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from flink_jobs.config import Topics
+from flink_jobs.config import JobConfig, Topics
 from flink_jobs.connection import KafkaConnection
 
 __all__ = ["main", "build_request"]
@@ -56,7 +56,8 @@ def _demo(args: argparse.Namespace) -> int:
                        records_per_message=args.records_per_message,
                        mini_batch_size=args.mini_batch_size, timeout=args.timeout,
                        progress=not args.no_progress,
-                       checkpoint_interval_ms=args.checkpoint_interval_ms)
+                       checkpoint_interval_ms=args.checkpoint_interval_ms,
+                       max_batch_delay_ms=args.max_batch_delay_ms)
     print(orjson.dumps(summary).decode(), flush=True)
     return 0
 
@@ -92,7 +93,8 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     cfg = local_config(servers, topic_prefix=args.topic_prefix or "", spokes=args.spokes,
                        hubs=args.hubs, execution_mode=args.mode, connection=conn,
-                       protocol_modules=tuple(args.protocol_module or ()))
+                       protocol_modules=tuple(args.protocol_module or ()),
+                       max_batch_delay_ms=args.max_batch_delay_ms)
     session = Session(cfg, "omldm-serve")
     try:
         session.start()
@@ -345,6 +347,12 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(fn=fn)
         return p
 
+    def batching(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--max-batch-delay-ms", type=int, default=JobConfig.max_batch_delay_ms,
+                       help="data records bound for one spoke cross into Python together, "
+                            "batched in Java for at most this many ms (default "
+                            f"{JobConfig.max_batch_delay_ms}; 0: one record per crossing)")
+
     demo = command("demo", "run the Shuttle demo end to end on a local MiniCluster", _demo, False)
     demo.add_argument("--spokes", type=int, default=2, help="spoke parallelism (default 2)")
     demo.add_argument("--hubs", type=int, default=1, help="hub parallelism (default 1)")
@@ -358,6 +366,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true")
     demo.add_argument("--checkpoint-interval-ms", type=int, default=0,
                       help="checkpoint every N ms (default 0: off)")
+    batching(demo)
 
     serve = command("serve", "run the job as a service on a local MiniCluster", _serve)
     serve.add_argument("--embedded-broker", action="store_true",
@@ -370,6 +379,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="seconds between per-pipeline progress lines")
     serve.add_argument("--protocol-module", action="append",
                        help="a module registering user protocols (repeatable)")
+    batching(serve)
 
     req = command("request", "send a request; --wait prints its response", _request)
     req.add_argument("kind", choices=("create", "update", "delete", "query"))

@@ -46,6 +46,12 @@ def parser() -> argparse.ArgumentParser:
                    default="earliest-offset", help="where the sources start without a checkpoint")
     p.add_argument("--protocol-module", action="append", default=[],
                    help="module registering user protocols (importable on the workers)")
+    p.add_argument("--max-batch-delay-ms", type=int, default=JobConfig.max_batch_delay_ms,
+                   help="data records bound for one spoke cross into Python together, batched "
+                        f"in Java for at most this many ms (default {JobConfig.max_batch_delay_ms}; "
+                        "0: one record per crossing, and the omldm jar is not needed)")
+    p.add_argument("--max-batch-records", type=int, default=JobConfig.max_batch_records,
+                   help=f"records per batch at most (default {JobConfig.max_batch_records})")
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
                    help="register omldm's Flink metrics (counters and gauges per pipeline)")
     return p
@@ -70,7 +76,9 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
                      checkpoint_dir=args.checkpoint_dir, group_id=args.group_id,
                      startup_mode=args.startup_mode, connection=conn,
                      topics=Topics(**{f: prefix + v for f, v in Topics().__dict__.items()}),
-                     protocol_modules=tuple(args.protocol_module), metrics=args.metrics)
+                     protocol_modules=tuple(args.protocol_module), metrics=args.metrics,
+                     max_batch_delay_ms=args.max_batch_delay_ms,
+                     max_batch_records=args.max_batch_records)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,7 +21,7 @@ messagesToSpokes/...       hub    envelopes and bytes sent to spokes, received f
 a meter ``fittedPerSecond`` per pipeline on spokes (records fitted per second, Flink's
 ``MeterView`` over 60 s), and, without the pipeline group, the kernel's service counters (``requestsAccepted``,
 ``requestsRejected``, ``badMessages``, ``handlerErrors``, ``recordsWithoutPipeline``,
-``restores``).
+``restores``, ``dataRecords``, ``dataBatches``: their ratio is the mean batch size).
 
 All are Flink *counters* holding the current value (Flink's Prometheus reporter exports
 counters as gauges). They are refreshed from the kernel at most once per
@@ -60,7 +60,7 @@ HUB_METRICS: dict[str, Callable[[Any], int]] = {
     "bytesFromSpokes": lambda n: _sum(n.stats.received_bytes),
 }
 SERVICE_METRICS = ("requestsAccepted", "requestsRejected", "badMessages", "handlerErrors",
-                   "recordsWithoutPipeline", "restores")
+                   "recordsWithoutPipeline", "restores", "dataRecords", "dataBatches")
 
 
 class OperatorMetrics:

@@ -51,7 +51,8 @@ from operators.metrics import SPOKE_METRICS, OperatorMetrics
 from operators.routing import subtask_index
 from operators.snapshot import Snapshot
 
-__all__ = ["SpokeFunction", "SpokeKernel", "DEFAULT_LIMITS", "error_response", "import_protocols"]
+__all__ = ["SpokeFunction", "SpokeKernel", "DEFAULT_LIMITS", "error_response", "import_protocols",
+           "record_batch"]
 
 log = logging.getLogger(__name__)
 NUDGE_EVERY_S = 1.0  # a paused spoke acknowledges its hub channels at most this often
@@ -62,6 +63,22 @@ def import_protocols(modules: tuple[str, ...]) -> None:
     """Import the modules that register user protocols (trusted job configuration)."""
     for name in modules:
         importlib.import_module(name)
+
+
+def record_batch(records) -> bytes:
+    """A batch of data records as ``omldm.RecordBatcher`` (``flink_jobs/java``) writes it,
+    the format :meth:`SpokeKernel.on_batch` reads: little-endian ``int32 n``,
+    ``int32 length[n]`` (bytes), ``uint8 training[n]`` (1: from ``training``, 0: from
+    ``forecasting``), then the records' bytes one after the other.
+
+    Parameters
+    ----------
+    records : iterable of (bool, bytes)
+        ``(training?, the Kafka record's value)`` in arrival order.
+    """
+    records = list(records)
+    return b"".join([struct.pack(f"<i{len(records)}i", len(records), *(len(v) for _, v in records)),
+                     bytes(1 if train else 0 for train, _ in records)] + [v for _, v in records])
 
 
 DEFAULT_LIMITS = {"max_request_bytes": 1_000_000, "max_pipelines": 64,
@@ -175,6 +192,8 @@ class SpokeKernel:
         self.out: list[tuple[Any, Any]] = []
         self.paused = 0  # pauses over all pipelines (each pipeline pauses only itself)
         self.records_without_pipeline = 0
+        self.data_records = 0  # Kafka records of training and forecasting that came in
+        self.data_batches = 0  # crossings that brought them (batches from omldm.RecordBatcher)
         self.bad_messages = 0
         self.requests_accepted = 0
         self.requests_rejected = 0
@@ -236,6 +255,8 @@ class SpokeKernel:
         """A training (``T``) or forecasting (``P``) line from the SQL source (one record
         per crossing, ``max_batch_delay_ms = 0``)."""
         self._nudge()
+        self.data_records += 1
+        self.data_batches += 1
         self._line(line[0] == _TRAIN, line[1:])
 
     def on_batch(self, data: bytes) -> None:
@@ -245,6 +266,8 @@ class SpokeKernel:
         a pipeline paused in the middle of the batch holds the rest in its backlog."""
         self._nudge()
         n = int.from_bytes(data[:4], "little")
+        self.data_records += n
+        self.data_batches += 1
         pos = 4 + 5 * n
         training = data[4 + 4 * n:pos]
         view = memoryview(data)
@@ -374,7 +397,8 @@ class SpokeKernel:
                 "requestsRejected": self.requests_rejected, "badMessages": self.bad_messages,
                 "handlerErrors": self.handler_errors, "restores": self.restores,
                 "deadMessagesDropped": self.feedback.dead,
-                "recordsWithoutPipeline": self.records_without_pipeline}
+                "recordsWithoutPipeline": self.records_without_pipeline,
+                "dataRecords": self.data_records, "dataBatches": self.data_batches}
 
     def _create(self, req) -> None:
         if req.id in self.nodes:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.assets import connector_jars
+from deploy.assets import job_jars
 from deploy.cluster import SessionCluster
 from flink_jobs.config import JobConfig, Topics
 from flink_jobs.demo import shuttle_create_request
@@ -42,7 +42,7 @@ def job_args(broker) -> list[str]:
 def submit(cluster: SessionCluster, broker, *extra: str) -> str:
     """``flink run -d -py flink_jobs/flink_run.py …`` as docs/operations.md says."""
     job = cluster.submit_python(ENTRY, *job_args(broker), pyexec=sys.executable,
-                                jars=[str(p) for p in connector_jars()], extra=list(extra))
+                                jars=[str(p) for p in job_jars()], extra=list(extra))
     cluster.wait_for_job_state(job, ("RUNNING",), timeout=180)
     return job
 

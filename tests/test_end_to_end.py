@@ -39,7 +39,11 @@ def shuttle_run(broker):
                    for sp in final["spokes"]):
                 break
         feedback.close()
+        predictions = TopicReader(broker.bootstrap_servers, cfg.topics.predictions)
+        in_order = list(predictions.drain(idle_ms=500))  # as the spokes wrote them
+        predictions.close()
         yield {"created": created, "final": final, "held": held, "n_train": n_train,
+               "in_order": in_order,
                "n_fore": n_fore, "preds": preds, "prediction_records": s.prediction_records,
                "envelopes": envelopes}
 
@@ -95,6 +99,22 @@ def test_hub_updates_reach_every_spoke_through_kafka(shuttle_run):
         w_last = mine[-1].payload[0]  # [global model (shard), layout, slowest clock]
         assert s["lastGlobalDigest"] == global_digest(w_last)
     assert final["protocol"]["updates"] == sum(s["pushes"] for s in final["spokes"])
+
+
+def test_records_cross_in_batches_and_each_spoke_keeps_their_order(shuttle_run):
+    """The default job batches records in Java (max_batch_delay_ms = 5): every Kafka record
+    crossed once, in fewer crossings than records, and each spoke predicted its forecasting
+    records in the order they were written (ids ascend per spoke)."""
+    service = shuttle_run["final"]["service"]
+    assert service["dataRecords"] == 49_097
+    assert 0 < service["dataBatches"] < service["dataRecords"]
+    by_spoke: dict[int, list[int]] = {}
+    for p in shuttle_run["in_order"]:
+        by_spoke.setdefault(p["spoke"], []).append(p["id"])
+    assert sorted(by_spoke) == [0, 1]
+    for ids in by_spoke.values():
+        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert sum(map(len, by_spoke.values())) == shuttle_run["n_fore"]
 
 
 def test_query_reports_traffic_both_ways(shuttle_run):

@@ -11,7 +11,7 @@ from operators import hub as hub_module
 from operators import spoke as spoke_module
 from operators.feedback import FRAME, is_frame
 from operators.hub import HubKernel
-from operators.spoke import SpokeKernel
+from operators.spoke import SpokeKernel, record_batch
 
 
 class Wire:
@@ -60,6 +60,12 @@ class Wire:
             spoke.on_message(orjson.dumps(req))
         self.pump()
 
+    def batch(self, spoke: int, records: list[tuple[str, dict | bytes]]) -> None:
+        """One batch of records, as the Java record batcher sends them."""
+        self.spokes[spoke].on_batch(record_batch(
+            (tag == "T", rec if isinstance(rec, bytes) else orjson.dumps(rec)) for tag, rec in records))
+        self.pump()
+
     def data(self, spoke: int, tag: str, rec: dict) -> None:
         self.spokes[spoke].on_data(tag + orjson.dumps(rec).decode())
         self.pump()
@@ -104,6 +110,43 @@ def test_a_paused_pipeline_holds_its_records_and_the_others_go_on():
     assert bsp.fitted == 12 and bsp.rounds == 6
     assert sorted(p["pipeline"] for p in w.predictions) == [0, 1]
     assert w.spokes[0].paused == bsp.ctx.pauses == 0
+
+
+def test_a_batch_that_pauses_its_pipeline_midway_holds_the_rest_in_order():
+    """Records of one batch (as ``omldm.RecordBatcher`` groups them in Java) are handled one
+    by one: BSP pauses after its first mini-batch, inside the batch, and the rest of the
+    batch waits in its backlog in order, while the Independent pipeline fits and predicts
+    all of it; bad records in the batch are dead-lettered alone, and training and
+    forecasting records share the batch."""
+    w = Wire()
+    w.request(create(0, "Synchronous"))
+    w.request(create(1, "Independent"))
+    batch = [("T", record(i)) for i in range(6)] + [("P", {"id": 99, "features": [1.0, 0.0]}),
+                                                   ("T", b"{not json"), ("T", b""),
+                                                   ("T", orjson.dumps([record(6), record(7)]))]
+    w.batch(0, batch)
+    bsp, alone = w.spokes[0].nodes[0], w.spokes[0].nodes[1]
+    assert bsp.ctx.pauses == 1 and bsp.fitted == 2
+    assert [train for train, _ in bsp.ctx.backlog] == [True] * 4 + [False] + [True] * 2
+    assert [rec["id"] for _, rec in bsp.ctx.backlog] == [2, 3, 4, 5, 99, 6, 7]
+    assert alone.fitted == 8 and [p["pipeline"] for p in w.predictions] == [1]
+    dead = [orjson.loads(v) for s, v in w.spokes[0].out if s == "deadLetters"]
+    assert not dead  # pumped already: the Wire keeps no dead letters, count them instead
+    assert alone.rejected == bsp.rejected == 2
+    i = 100
+    while bsp.ctx.backlog:
+        w.batch(1, [("T", record(i)), ("T", record(i + 1))])
+        i += 2
+    assert bsp.fitted == 8 and sorted(p["pipeline"] for p in w.predictions) == [0, 1]
+
+
+def test_an_empty_batch_and_a_batch_of_one_are_handled():
+    w = Wire()
+    w.request(create(0, "Independent"))
+    w.batch(0, [])
+    w.batch(0, [("T", record(0))])
+    w.batch(0, [("T", record(1))])  # a mini-batch of 2 across two batches
+    assert w.spokes[0].nodes[0].fitted == 2
 
 
 def test_a_lost_answer_to_a_call_in_flight_is_sent_again_without_a_pause(monkeypatch):
