@@ -12,9 +12,10 @@ as a live source would.
 
 Every ``--every`` seconds it prints the records handled, records/s, and the resident
 memory (RSS, MiB) of the MiniCluster's JVM (in thread mode also the spokes' and hubs'
-Python) and of process mode's Python workers. At the end: whether both pipelines fitted
-and predicted exactly what was written, and how much each RSS grew from the first minute
-to the end (percent).
+Python) and of process mode's Python workers; once after the first minute, and at the end, the
+JVM's heap in use right after a full GC. At the end: whether both pipelines fitted and
+predicted exactly what was written (Query counts, and predictions on the topic), and how
+much each measure grew from the first minute to the end (percent).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
+import subprocess
 import time
 
 import numpy as np
@@ -50,6 +54,41 @@ def rss_mib() -> dict[str, float]:
         if kind:
             out[kind] += pages * os.sysconf("SC_PAGE_SIZE") / 2**20
     return out
+
+
+def jvm_heap_after_gc() -> float | None:
+    """MiB of the MiniCluster JVM's heap in use right after a full GC (``jcmd GC.run``,
+    then ``GC.heap_info``); None without a JDK's ``jcmd``. RSS alone cannot tell a leak
+    from garbage the JVM has not collected yet: its heap grows lazily up to ``-Xmx``."""
+    jcmd = shutil.which("jcmd")
+    pids = [pid for pid in filter(str.isdigit, os.listdir("/proc"))
+            if b"java" in open(f"/proc/{pid}/cmdline", "rb").read()] if jcmd else []
+    if not pids:
+        return None
+    subprocess.run([jcmd, pids[0], "GC.run"], capture_output=True, timeout=60)
+    info = subprocess.run([jcmd, pids[0], "GC.heap_info"], capture_output=True, text=True,
+                          timeout=60).stdout
+    used = re.search(r"used (\d+)K", info)
+    return int(used.group(1)) / 1024 if used else None
+
+
+def count_predictions(servers: str, topic: str) -> dict[int, int]:
+    """Predictions on ``topic`` per pipeline, read from the beginning (confluent-kafka)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": servers, "group.id": "soak-count",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    counts: dict[int, int] = {}
+    idle = time.monotonic()
+    while time.monotonic() - idle < 3.0:
+        for m in c.consume(10_000, 0.2):
+            if not m.error():
+                idle = time.monotonic()
+                p = orjson.loads(m.value())["pipeline"]
+                counts[p] = counts.get(p, 0) + 1
+    c.close()
+    return counts
 
 
 def main() -> None:
@@ -100,20 +139,34 @@ def main() -> None:
                     last_report = now
                     done = handled()
                     mem = rss_mib()
-                    samples.append({"t": now, "handled": done, **mem})
+                    heap = jvm_heap_after_gc() if not any("heap_after_gc" in x for x in samples) \
+                        and now >= 60.0 else None
+                    samples.append({"t": now, "handled": done, **mem,
+                                    **({"heap_after_gc": heap} if heap is not None else {})})
                     print(f"{now:7.1f} s  handled {done:>10,}  {done / now:8,.0f} rec/s  "
-                          f"RSS jvm {mem['jvm']:7.0f} MiB  workers {mem['workers']:7.0f} MiB",
+                          f"RSS jvm {mem['jvm']:7.0f} MiB  workers {mem['workers']:7.0f} MiB"
+                          + (f"  JVM heap after a full GC {heap:6.0f} MiB" if heap else ""),
                           flush=True)
-            finals = [s.wait_until_counted(p, n_train, n_fore, timeout=600) for p in (0, 1)]
+            deadline = time.monotonic() + 600
+            while True:
+                finals = [s.query(p) for p in (0, 1)]
+                if all(f["fitted"] == n_train and f["predicted"] == n_fore for f in finals):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"counts after 600 s: {[(f['fitted'], f['predicted']) for f in finals]}")
+                time.sleep(1.0)
             elapsed = time.monotonic() - t0
             mem = rss_mib()
-            samples.append({"t": elapsed, "handled": sent, **mem})
-    after_minute = next((x for x in samples if x["t"] >= 60.0), samples[0])
-    growth = {k: 100.0 * (mem[k] / after_minute[k] - 1.0) if after_minute[k] else None
-              for k in ("jvm", "workers")}
+            heap_end = jvm_heap_after_gc()
+            samples.append({"t": elapsed, "handled": sent, **mem, "heap_after_gc": heap_end})
+            on_topic = count_predictions(broker.bootstrap_servers, cfg.topics.predictions)
+    after_minute = next((x for x in samples if "heap_after_gc" in x), samples[0])
+    growth = {k: 100.0 * (samples[-1][k] / after_minute[k] - 1.0) if after_minute.get(k) else None
+              for k in ("jvm", "workers", "heap_after_gc")}
     verdict = {"records": sent, "training": n_train, "forecasting": n_fore,
                "seconds": elapsed, "records_per_second": sent / elapsed,
                "exact": all(f["fitted"] == n_train and f["predicted"] == n_fore for f in finals),
+               "predictions_on_topic": on_topic,
                "rejected": [f["rejected"] for f in finals],
                "prequential_accuracy": [f["prequentialAccuracy"] for f in finals],
                "rss_growth_after_first_minute_percent": growth, "mode": args.mode}

@@ -1,6 +1,6 @@
 """Building the omldm Flink job (papers/002 Fig. 3.4)::
 
-    training ┐ SQL Kafka source: topic tag + spoke key ─ key by spoke ┐
+    training ┐ SQL Kafka source: topic tag + spoke key ─ batcher ─ key by spoke ┐
     forecasting┘                                                     ├─ connect ─ spokes (KeyedCoProcess) ─ predictions
     requests ─ Kafka source ─ one copy per spoke key ─┐              │              │ side: to hubs, responses,
     psMessages ─ Kafka source ─ destination's key ────┴─ key by spoke┘              │       dead letters
@@ -9,8 +9,11 @@
 
 Records cross from the JVM into Python once, at the spokes: SQL tags each record with the
 topic it came from (the Kafka connector's ``topic`` metadata column) and draws its spoke's
-key (``RAND_INTEGER``), and the stream is keyed by that column in Java (PyFlink's own
-``KeyByKeySelector``, without the Python key-adding operator ``key_by`` would put in front).
+key (``RAND_INTEGER``); ``omldm.RecordBatcher`` (Java, ``flink_jobs/java``, chained to the
+source) groups each spoke's records into one batch per crossing (``max_batch_delay_ms``,
+``max_batch_records``, ``max_batch_bytes``; flushed before checkpoint barriers); and the
+stream is keyed by that column in Java (PyFlink's own ``KeyByKeySelector``, without the
+Python key-adding operator ``key_by`` would put in front).
 Spokes are keyed so that their whole state lives in Flink keyed state and survives
 failures (checkpoints) and upgrades (savepoints). Only the low-volume message paths run
 Python before the spokes.

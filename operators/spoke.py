@@ -2,11 +2,13 @@
 spoke (one key per subtask, see :mod:`operators.routing`; the keys are computed in Java, so
 no Python key selector runs on the data path).
 
-Input 1 carries training and forecasting records as one string each, tagged by the job's
-SQL source with the topic they came from (``T`` training, ``P`` forecasting) followed by
-the record's JSON: an object ``{"id", "features", "label"}`` or a JSON array of them. They
-cross from the JVM into Python once, here: parse, route to every pipeline, preprocess,
-predict or buffer into a mini-batch, fit.
+Input 1 carries training and forecasting records, each the JSON of an object ``{"id",
+"features", "label"}`` or a JSON array of them, in batches assembled in Java by
+``omldm.RecordBatcher`` (``flink_jobs/java``; bytes, see :func:`record_batch`), or, with
+``max_batch_delay_ms = 0``, as one string each, tagged by the job's SQL source with the
+topic they came from (``T`` training, ``P`` forecasting). They cross from the JVM into
+Python once, here: parse, route to every pipeline, preprocess, predict or buffer into a
+mini-batch, fit — record by record, in the order they came.
 
 Input 2 carries messages as bytes: hub→spoke envelopes in incarnation frames (first byte
 0xFE, :mod:`operators.feedback`, read back from the ``psMessages`` topic: the Kafka

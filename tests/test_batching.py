@@ -1,0 +1,50 @@
+"""Records batched in Java before the one crossing into Python: the settings, omldm's jar
+and the batch format (the job itself is tested end to end in test_end_to_end.py)."""
+
+from __future__ import annotations
+
+import zipfile
+
+import orjson
+import pytest
+
+from deploy.assets import omldm_jar
+from flink_jobs.config import JobConfig
+from flink_jobs.flink_run import config_from_args, parser
+from operators.spoke import SpokeKernel, record_batch
+
+
+def test_batch_settings_are_checked():
+    assert JobConfig("k:9092").max_batch_delay_ms == 1
+    assert JobConfig("k:9092", max_batch_delay_ms=0).max_batch_delay_ms == 0  # one per crossing
+    with pytest.raises(ValueError, match="max_batch_delay_ms must be >= 0, got -1"):
+        JobConfig("k:9092", max_batch_delay_ms=-1)
+    with pytest.raises(ValueError, match="max_batch_records must be >= 1, got 0"):
+        JobConfig("k:9092", max_batch_records=0)
+
+
+def test_flink_run_takes_the_batch_options():
+    cfg = config_from_args(parser().parse_args(
+        ["--bootstrap-servers", "k:9092", "--max-batch-delay-ms", "7", "--max-batch-records", "50"]))
+    assert (cfg.max_batch_delay_ms, cfg.max_batch_records) == (7, 50)
+
+
+def test_the_batcher_is_compiled_from_its_source_into_a_cached_jar():
+    jar = omldm_jar()
+    assert jar.name.startswith("omldm-java-") and omldm_jar() == jar  # cached by content
+    with zipfile.ZipFile(jar) as zf:
+        assert "omldm/RecordBatcher.class" in zf.namelist()
+
+
+def test_a_batch_carries_each_record_its_topic_and_its_order():
+    k = SpokeKernel(0, 1, 1, hub_keys=[0])
+    k.on_message(orjson.dumps({"id": 0, "request": "Create", "learner": {"name": "PA"},
+                               "trainingConfiguration": {"miniBatchSize": 1}}))
+    k.out.clear()
+    recs = [(i % 3 != 2, orjson.dumps({"id": i, "features": [float(i), 1.0], "label": i % 2}))
+            for i in range(9)]
+    k.on_batch(record_batch(recs))
+    node = k.nodes[0]
+    assert node.fitted == 6
+    assert [orjson.loads(v)["id"] for s, v in k.out if s is None] == [2, 5, 8]
+    assert (k.data_records, k.data_batches) == (9, 1)
