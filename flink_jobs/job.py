@@ -26,6 +26,7 @@ import site
 import sys
 import uuid
 
+from py4j.java_gateway import JavaClass
 from pyflink.common import Configuration, Row, Types, WatermarkStrategy
 from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
 from pyflink.datastream import DataStream, KeyedStream, OutputTag, StreamExecutionEnvironment
@@ -163,8 +164,14 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
         rows = t_env.to_append_stream(
             t_env.sql_query(f"SELECT {key} AS k, `topic` <> '{t.forecasting}' AS t, `v` FROM {table}"),
             Types.ROW([Types.INT(), Types.BOOLEAN(), bytes_type]))
-        batcher = get_gateway().jvm.omldm.RecordBatcher(
-            cfg.max_batch_delay_ms, cfg.max_batch_records, cfg.max_batch_bytes)
+        batcher_class = get_gateway().jvm.omldm.RecordBatcher
+        if not isinstance(batcher_class, JavaClass):  # py4j's JavaPackage: not on the classpath
+            raise RuntimeError(
+                "omldm.RecordBatcher is not on the job's classpath: pass omldm's jar (python -c "
+                "'from deploy.assets import omldm_jar; print(omldm_jar())') like the connector "
+                "jars (flink run -C file://…, or JobConfig.jars), or set max_batch_delay_ms=0 "
+                "(--max-batch-delay-ms 0)")
+        batcher = batcher_class(cfg.max_batch_delay_ms, cfg.max_batch_records, cfg.max_batch_bytes)
         batches = DataStream(rows._j_data_stream.transform(
             "batch-records", Types.ROW([Types.INT(), bytes_type]).get_java_type_info(), batcher)
             .uid("batch-records"))
