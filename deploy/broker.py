@@ -10,11 +10,15 @@ kafka-python consumer groups receive nothing; read with ``assign()`` + ``seek_to
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from importlib import resources
+from typing import Iterator
 from pathlib import Path
 
 __all__ = ["LocalBroker", "free_port"]
@@ -76,8 +80,45 @@ class LocalBroker:
         self.stop()
         raise RuntimeError(f"tansu did not listen on {self.port} within {self.startup_timeout} s")
 
+    @property
+    def pid(self) -> int | None:
+        """The broker process's pid while it runs."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def freeze(self) -> None:
+        """SIGSTOP the broker: it keeps its sockets and its data but answers nothing (a
+        broker stuck in a long GC pause or on a stalled disk) until :meth:`thaw`.
+
+        Raises
+        ------
+        RuntimeError
+            When the broker is not running.
+        """
+        if self.pid is None:
+            raise RuntimeError("the broker is not running")
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT the broker after :meth:`freeze` (harmless when it is not frozen)."""
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGCONT)
+
+    @contextmanager
+    def frozen(self, seconds: float | None = None) -> Iterator["LocalBroker"]:
+        """Freeze the broker for the ``with`` block (and at least ``seconds``), thaw it on
+        the way out, also on an exception."""
+        t0 = time.monotonic()
+        self.freeze()
+        try:
+            yield self
+            if seconds is not None:
+                time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
+        finally:
+            self.thaw()
+
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
+            self.thaw()  # a stopped process would not act on SIGTERM
             self._proc.terminate()
             try:
                 self._proc.wait(5)

@@ -449,11 +449,48 @@ class SessionCluster:
                 time.sleep(0.25)
         return new[-1]
 
-    def taskmanager_pids_of_job(self, job_id: str) -> list[int]:
+    def start_taskmanagers(self, n: int, timeout: float = 120) -> list[int]:
+        """Start ``n`` more TaskManagers at once (the replacements a resource manager would
+        bring after several losses) and wait until the REST API lists ``n`` TaskManagers it
+        did not list before. Returns their pids."""
+        before_pids = set(self._pids("taskexecutor"))
+        before_ids = {tm["id"] for tm in self.get("/taskmanagers")["taskmanagers"]}
+        self._launch(["taskmanager.sh"] * n)
+        new = [p for p in self._pids("taskexecutor") if p not in before_pids]
+        if len(new) < n:
+            raise ClusterError(f"taskmanager.sh start wrote {len(new)} of {n} pids\n{self.log_tail()}")
+        deadline = time.monotonic() + timeout
+        while len({tm["id"] for tm in self.get("/taskmanagers")["taskmanagers"]} - before_ids) < n:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{n} new TaskManagers did not register within {timeout} s\n"
+                                   f"{self.log_tail()}")
+            if len(self._alive(new)) < n:
+                raise ClusterError(f"a new TaskManager died ({new})\n{self.log_tail()}")
+            time.sleep(0.25)
+        return new
+
+    def wait_for_lost_taskmanagers(self, timeout: float = 60) -> list[dict]:
+        """Wait until the REST API lists no more TaskManagers than are alive (a killed one
+        stays listed until its heartbeats time out, ``heartbeat.timeout``); the list."""
+        deadline = time.monotonic() + timeout
+        while True:
+            tms = self.get("/taskmanagers")["taskmanagers"]
+            if len(tms) <= len(self.taskmanager_pids()):
+                return tms
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{len(tms)} TaskManagers listed, {len(self.taskmanager_pids())} "
+                                   f"alive after {timeout} s")
+            time.sleep(0.25)
+
+    def taskmanager_pids_of_job(self, job_id: str, vertex: str | None = None) -> list[int]:
         """The pids of the TaskManagers running tasks of the job (REST
-        ``/jobs/<id>/vertices/<vid>/taskmanagers``)."""
+        ``/jobs/<id>/vertices/<vid>/taskmanagers``); with ``vertex``, only of the job
+        vertices whose name contains it (e.g. ``"hubs"``: chained operators share a vertex
+        named ``"hubs -> ..."``)."""
         ids = []
         for v in self.job(job_id)["vertices"]:
+            if vertex is not None and vertex not in v["name"]:
+                continue
             for tm in self.get(f"/jobs/{job_id}/vertices/{v['id']}/taskmanagers")["taskmanagers"]:
                 if tm.get("status") in ("RUNNING", "DEPLOYING", "INITIALIZING") \
                         and tm["taskmanager-id"] not in ids:
@@ -610,6 +647,14 @@ class SessionCluster:
             time.sleep(0.25)
         raise ClusterError(f"job {job_id}: {n} of {min_completed} checkpoints within "
                            f"{timeout} s\n{self._exceptions_text(job_id)}\n{self.log_tail()}")
+
+    def latest_checkpoint_path(self, job_id: str) -> str | None:
+        """The ``external_path`` of the job's latest completed checkpoint (``file:/…/chk-N``),
+        for ``flink run -s``; None before the first. The REST API still answers for a
+        cancelled job; the folder survives the cancel only with
+        ``execution.checkpointing.externalized-checkpoint-retention: RETAIN_ON_CANCELLATION``."""
+        latest = (self.checkpoints(job_id).get("latest") or {}).get("completed")
+        return latest.get("external_path") if latest else None
 
     def job_exceptions(self, job_id: str) -> dict:
         """``/jobs/<id>/exceptions``: ``exceptionHistory.entries`` (newest first), each with

@@ -125,17 +125,35 @@ def _schema_error(error: jsonschema.ValidationError, request_id: Any) -> Request
                         request_id)
 
 
+#: An oversized request is still parsed, up to this many times the limit, only to answer
+#: it with its ``requestId``.
+OVERSIZE_PARSE_FACTOR = 64
+
+
+def _too_large(raw: bytes | str, size: int, max_bytes: int) -> RequestError:
+    """``too_large``, carrying the request's ``requestId`` when it can be read."""
+    request_id = None
+    if size <= OVERSIZE_PARSE_FACTOR * max_bytes:
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("requestId"), _SCALARS):
+            request_id = doc.get("requestId")
+    return RequestError("too_large", f"request is {size} bytes, the limit is {max_bytes}",
+                        None, request_id)
+
+
 def _load(raw: bytes | str | dict, max_bytes: int) -> dict:
     if isinstance(raw, dict):
         return raw
     if isinstance(raw, str):
         if len(raw) > max_bytes or (4 * len(raw) > max_bytes
                                     and len(raw.encode("utf-8", "surrogatepass")) > max_bytes):
-            raise RequestError("too_large", f"request exceeds {max_bytes} bytes")
+            raise _too_large(raw, len(raw.encode("utf-8", "surrogatepass")), max_bytes)
     elif isinstance(raw, (bytes, bytearray, memoryview)):
         if len(raw) > max_bytes:
-            raise RequestError("too_large",
-                               f"request is {len(raw)} bytes, the limit is {max_bytes}")
+            raise _too_large(raw, len(raw), max_bytes)
     else:
         raise RequestError("invalid_json",
                            f"a request must be bytes, str or dict, got {type(raw).__name__}")

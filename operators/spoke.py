@@ -33,7 +33,7 @@ import importlib
 import logging
 import struct
 import time
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
 import orjson
@@ -43,7 +43,8 @@ from pyflink.datastream.state import ValueStateDescriptor
 
 from learning.errors import RequestError
 from learning.protocols import make_spoke
-from learning.protocols.base import RecordRejected
+from learning.layout import RecordRejected
+from learning.protocols.base import dead_letter
 from learning.requests import parse_request
 from middleware import SPOKE, codec
 from middleware.errors import CodecError
@@ -194,6 +195,7 @@ class SpokeKernel:
         self.out: list[tuple[Any, Any]] = []
         self.paused = 0  # pauses over all pipelines (each pipeline pauses only itself)
         self.records_without_pipeline = 0
+        self.bad_records: Counter = Counter()  # reason code -> Kafka records no pipeline can use
         self.data_records = 0  # Kafka records of training and forecasting that came in
         self.data_batches = 0  # crossings that brought them (batches from omldm.RecordBatcher)
         self.bad_messages = 0
@@ -288,47 +290,39 @@ class SpokeKernel:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             self._dead(raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace"),
-                       f"not valid JSON: {exc}")
+                       RecordRejected(f"not valid JSON: {exc}", "not_json"))
             return
         for rec in (obj if isinstance(obj, list) else (obj,)):
             if not isinstance(rec, dict) or "features" not in rec:
-                self._dead(rec, "a record is a JSON object with a 'features' list")
+                self._dead(rec, RecordRejected(
+                    f"a record is a JSON object with a 'features' list, got "
+                    f"{'an object without features' if isinstance(rec, dict) else type(rec).__name__}",
+                    "not_a_record"))
                 continue
             if not self.nodes:
                 self.records_without_pipeline += 1
                 continue
-            for nid, node in self.nodes.items():
+            for node in self.nodes.values():
                 ctx = node.ctx
                 if ctx.pauses or ctx.backlog:
                     ctx.backlog.append((train, rec))
                 else:
-                    self._record(nid, node, train, rec)
-
-    def _record(self, nid: int, node, train: bool, rec: dict) -> None:
-        """One record into one pipeline: fit (buffer into a mini-batch) or predict."""
-        features = rec["features"]
-        try:
-            if train:
-                node.on_train(features, rec.get("label"))
-            else:
-                self.out.append((None, orjson.dumps(
-                    {"id": rec.get("id"), "pipeline": nid, "spoke": self.index,
-                     "prediction": node.on_predict(features)}).decode()))
-        except RecordRejected as exc:
-            self.emit("deadLetters", {"pipeline": nid, "spoke": self.index,
-                                      "reason": str(exc), "record": rec})
+                    node.on_record(train, rec)
 
     def _run_backlogs(self) -> None:
         """Feed each resumed pipeline what it held, until it is done or pauses again."""
         for nid, node in list(self.nodes.items()):
             backlog = node.ctx.backlog
             while backlog and not node.ctx.pauses and nid in self.nodes:
-                self._record(nid, node, *backlog.popleft())
+                node.on_record(*backlog.popleft())
 
-    def _dead(self, record: Any, reason: str) -> None:
+    def _dead(self, record: Any, exc: RecordRejected) -> None:
+        """A Kafka record that no pipeline can use: dead-lettered once, counted by every
+        pipeline (and in the service's ``badRecords``) under its reason."""
         for node in self.nodes.values():
-            node.rejected += 1
-        self.emit("deadLetters", {"spoke": self.index, "reason": reason, "record": record})
+            node.count_refused(exc.code)
+        self.bad_records[exc.code] += 1
+        self.emit("deadLetters", dead_letter(record, exc, None, self.index))
 
     # -- messages ------------------------------------------------------------------------
     def on_message(self, data: bytes) -> None:
@@ -400,6 +394,7 @@ class SpokeKernel:
                 "handlerErrors": self.handler_errors, "restores": self.restores,
                 "deadMessagesDropped": self.feedback.dead,
                 "recordsWithoutPipeline": self.records_without_pipeline,
+                "badRecords": sum(self.bad_records.values()),
                 "dataRecords": self.data_records, "dataBatches": self.data_batches}
 
     def _create(self, req) -> None:
@@ -437,7 +432,9 @@ class SpokeKernel:
 
     def _query(self, req) -> None:
         self._nudge()
-        self._node(req).on_query(req.request_id, self.service())
+        node = self._node(req)
+        # a pending layout is decided first (learning.layout), so the held records count
+        node.when_layout_settled(lambda: node.on_query(req.request_id, self.service()))
 
     def _update(self, req) -> None:
         node = self._node(req)

@@ -22,6 +22,7 @@ class Wire:
         self.hub = HubKernel(hub=0, n_spokes=2)
         self.predictions: list[dict] = []
         self.responses: list[dict] = []
+        self.dead: list[dict] = []  # dead letters
         self.lose = 0  # hub→spoke frames to lose on the way (as the feedback topic once did)
         self.lose_to: dict[int, int] = {}  # spoke → frames to it to lose on the way
 
@@ -39,6 +40,8 @@ class Wire:
                         self.predictions.append(orjson.loads(value))
                     elif stream == "responses":
                         self.responses.append(orjson.loads(value))
+                    elif stream == "deadLetters":
+                        self.dead.append(orjson.loads(value))
             out, self.hub.out = self.hub.out, []
             for stream, value in out:
                 moved = True
@@ -73,7 +76,7 @@ class Wire:
 
 def create(pid: int, protocol: str) -> dict:
     return {"id": pid, "request": "Create", "requestId": f"c{pid}",
-            "learner": {"name": "PA", "hyperParameters": {"C": 0.01}},
+            "learner": {"name": "PA", "hyperParameters": {"C": 0.01}, "parameters": {"n_features": 2}},
             "trainingConfiguration": {"protocol": protocol, "miniBatchSize": 2, "miniBatches": 1}}
 
 

@@ -7,12 +7,17 @@ the environment through a special control API").
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import orjson
 
+from learning.errors import RequestError
+from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, decide, declared_layout,
+                             inspect_record, vote_counter, vote_list)
 from learning.pipeline import Pipeline
 from learning.registry import make_learner, make_preprocessor
 from learning.update import apply_update
@@ -21,21 +26,79 @@ from middleware import Node, remote
 __all__ = ["PipelineSpoke", "PipelineHub", "RecordRejected"]
 
 
-class RecordRejected(ValueError):
-    """A record this pipeline cannot use (e.g. the wrong number of features)."""
-
-
 def _build_pipeline(request) -> Pipeline:
     return Pipeline([make_preprocessor(p, i) for i, p in enumerate(request.pre_processors)],
                     make_learner(request.learner))
 
 
-def _n_features(request) -> int | None:
-    for part in (request.learner or {}).get("parameters") or {}, \
-                (request.learner or {}).get("hyperParameters") or {}:
-        if part.get("n_features") is not None:
-            return int(part["n_features"])
-    return None
+LAYOUT_KEYS = ("n_features", "classes")
+
+
+def dead_letter(rec: Any, exc: RecordRejected, pipeline: Any, spoke: int,
+                max_record_bytes: int = 16_384) -> dict:
+    """A dead letter: ``{"pipeline", "spoke", "code", "reason", "record"}``; a record
+    whose JSON exceeds ``max_record_bytes`` is replaced by ``{"truncated": true, "bytes":
+    n, "head": its first 1,000 characters}`` (a dead letter stays below Kafka's 1 MB)."""
+    try:
+        raw = orjson.dumps(rec)
+    except TypeError:
+        raw = orjson.dumps(repr(rec))
+    if len(raw) > max_record_bytes:
+        rec = {"truncated": True, "bytes": len(raw),
+               "head": raw[:1000].decode("utf-8", "replace")}
+    return {"pipeline": pipeline, "spoke": spoke, "code": exc.code, "reason": str(exc),
+            "record": rec}
+
+
+def relayout_of(update, current: Layout, task: str, supervised: bool):
+    """Split an Update into what :func:`learning.update.apply_update` takes and the new
+    layout it declares (``learner.parameters`` ``n_features`` / ``classes``; None when
+    it declares none).
+
+    Raises
+    ------
+    RequestError
+        ``invalid_parameter`` when the new layout has no width, or ``classes`` is not a
+        list of at least one distinct JSON scalar.
+    """
+    params = dict(((update.learner or {}).get("parameters")) or {})
+    given = {k: params.pop(k) for k in LAYOUT_KEYS if k in params}
+    if not given:
+        return update, None
+    learner = {**update.learner, "parameters": params}
+    n_features = given.get("n_features", current.n_features)
+    classes = given.get("classes", current.classes)
+    if not isinstance(n_features, int) or isinstance(n_features, bool) or n_features < 1:
+        raise RequestError("invalid_parameter", f"a layout needs n_features, a positive integer "
+                           f"(got {n_features!r})", "learner.parameters.n_features",
+                           update.request_id)
+    if classes is not None and (not isinstance(classes, list) or not classes or any(
+            type(c) not in (bool, int, float, str) for c in classes)):
+        raise RequestError("invalid_parameter", "classes is a non-empty list of JSON scalars",
+                           "learner.parameters.classes", update.request_id)
+    spec = {"parameters": {"n_features": n_features, "classes": classes}}
+    return replace(update, learner=learner), declared_layout(spec, task, supervised)
+
+
+def with_layout(request, layout: Layout):
+    """``request`` whose ``learner.parameters`` declare ``layout`` (and nothing learned)."""
+    params = {"n_features": layout.n_features}
+    if layout.classes is not None:
+        params["classes"] = layout.classes
+    return replace(request, learner={**request.learner, "parameters": params})
+
+
+def needs_reset(learner, layout: Layout) -> bool:
+    """Whether ``learner``'s model cannot carry on under ``layout``: another width, or
+    classes it learned that ``layout`` does not declare."""
+    current = learner.layout() if hasattr(learner, "layout") else {}
+    width = current.get("n_features")
+    if width is not None and width != layout.n_features:
+        return True
+    if layout.classes is not None and hasattr(learner, "classes"):
+        declared = {(type(c), c) for c in layout.classes}
+        return any((type(c), c) not in declared for c in learner.classes)
+    return False
 
 
 class PipelineSpoke(Node):
@@ -59,8 +122,15 @@ class PipelineSpoke(Node):
         self.mini_batch_size = int(cfg["miniBatchSize"])
         self.mini_batches = int(cfg["miniBatches"])
         self.pipeline = _build_pipeline(request)
-        self.n_features = _n_features(request)
-        self._supervised = getattr(self.pipeline.learner, "supervised", True)
+        learner = self.pipeline.learner
+        self._supervised = getattr(learner, "supervised", True)
+        self._task = getattr(learner, "task", "classification")
+        self.layout = declared_layout(request.learner or {}, self._task, self._supervised)
+        self.quorum = int(cfg.get("layoutQuorum", DEFAULT_QUORUM))
+        # records held while the layout is pending: (training?, record, width, label kind)
+        self._held: list[tuple[bool, dict, int, str | None]] = []
+        self._votes: Counter = Counter()  # signatures of held records not yet told hub 0
+        self.rejected_by: Counter = Counter()  # reason code -> records refused
         self._X: list[list[float]] = []
         self._y: list[Any] = []
         self.fitted = self.predicted = self.rejected = self.correct = self.batches = 0
@@ -69,17 +139,130 @@ class PipelineSpoke(Node):
         self.loss_sum = 0.0
         self.queries = 0
 
-    # -- stream --------------------------------------------------------------------------
-    def _check(self, features) -> None:
-        if not isinstance(features, list):
-            raise RecordRejected(f"features must be a list of numbers, got {type(features).__name__}")
-        if self.n_features is None:
-            self.n_features = len(features)
-        elif len(features) != self.n_features:
-            raise RecordRejected(f"expected {self.n_features} features, got {len(features)}")
+    @property
+    def n_features(self) -> int | None:
+        """The pipeline's record width (None while its layout is pending)."""
+        return self.layout.n_features
 
+    # -- stream --------------------------------------------------------------------------
+    def on_record(self, train: bool, rec: dict) -> None:
+        """One data record from the stream (a parsed JSON object with ``features``): check
+        it, then fit (buffer into a mini-batch) or predict, emitting the prediction
+        (``{"id", "pipeline", "spoke", "prediction"}``) or a dead letter through the
+        context. While the layout is pending the record is held and votes for its
+        signature (:mod:`learning.layout`); it is taken, in order, once hub 0 decides.
+        """
+        label = rec.get("label")
+        try:
+            width, kind = inspect_record(rec["features"], label, train and self._supervised)
+            if self.layout.pending:
+                self._hold(train, rec, width, kind)
+                return
+            self.layout.check(width, kind, label)
+        except RecordRejected as exc:
+            self.refuse(rec, exc)
+            return
+        self._take(train, rec)
+
+    def _take(self, train: bool, rec: dict) -> None:
+        if train:
+            self._X.append(rec["features"])
+            self._y.append(rec.get("label"))
+            if len(self._X) >= self.mini_batch_size:
+                self.flush()
+            return
+        try:
+            prediction = self._predict(rec["features"])
+        except RecordRejected as exc:
+            self.refuse(rec, exc)
+            return
+        self.ctx.emit(None, {"id": rec.get("id"), "pipeline": self.ctx.network,
+                             "spoke": self.ctx.index, "prediction": prediction})
+
+    def refuse(self, rec: Any, exc: RecordRejected) -> None:
+        """Count a refused record under its reason and dead-letter it (with this pipeline)."""
+        self.rejected += 1
+        self.rejected_by[exc.code] += 1
+        self.ctx.emit("deadLetters", dead_letter(rec, exc, self.ctx.network, self.ctx.index))
+
+    def count_refused(self, code: str) -> None:
+        """A record refused before it reached any pipeline (not JSON, not a record)."""
+        self.rejected += 1
+        self.rejected_by[code] += 1
+
+    # -- layout agreement (learning.layout) ------------------------------------------------
+    def _hold(self, train: bool, rec: dict, width: int, kind: str | None) -> None:
+        self._held.append((train, rec, width, kind))
+        self._votes[(width, kind)] += 1
+        if sum(self._votes.values()) >= -(-self.quorum // self.ctx.n_spokes):
+            self.peers[0].vote(self.ctx.index, vote_list(self._votes))
+            self._votes.clear()
+
+    @remote(oneway=True)
+    def agreed(self, layout: dict) -> None:
+        """Hub 0 decided the layout: take the held records that fit it, in order."""
+        if self.layout.pending:
+            self.install_layout(Layout.from_json(layout))
+
+    def install_layout(self, layout: Layout) -> None:
+        """Use ``layout`` from now on; the held records are taken (or refused) in order.
+        If the pipeline pauses midway (a synchronization), the rest waits in its backlog."""
+        self.layout = layout
+        held, self._held = self._held, []
+        self._votes.clear()
+        for i, (train, rec, width, kind) in enumerate(held):
+            if getattr(self.ctx, "pauses", 0):
+                self.ctx.backlog.extendleft(reversed([(t, r) for t, r, *_ in held[i:]]))
+                return
+            try:
+                layout.check(width, kind, rec.get("label"))
+            except RecordRejected as exc:
+                self.refuse(rec, exc)
+                continue
+            self._take(train, rec)
+
+    def when_layout_settled(self, fn) -> None:
+        """Run ``fn()`` now, or, while the layout is pending, once hub 0 has decided on
+        what every spoke told it so far (a Query forces a decision: a strict majority of
+        at least two records; with none, ``fn`` runs and the records stay held)."""
+        if not self.layout.pending:
+            fn()
+            return
+        votes = vote_list(self._votes)
+        self._votes.clear()
+
+        def settled(layout: dict | None) -> None:
+            if layout is not None and self.layout.pending:
+                self.install_layout(Layout.from_json(layout))
+            fn()
+
+        self.peers[0].settle(self.ctx.index, votes).then(settled).on_error(lambda _: fn())
+
+    # -- direct feeding (the in-process kernel) ----------------------------------------------
     def on_train(self, features: list, label: Any) -> None:
-        """Take one labelled training record; fit when a mini-batch is full.
+        """Take one clean labelled training record; fit when a mini-batch is full. For
+        callers that feed validated records one by one (the in-process kernel of
+        ``omldm experiment``): a pending layout is fixed by the first record.
+
+        Raises
+        ------
+        RecordRejected
+            When the record does not fit this pipeline (counted in ``rejected``).
+        """
+        rec = {"features": features, "label": label}
+        try:
+            width, kind = inspect_record(features, label, self._supervised)
+            self._adopt(width, kind)
+            self.layout.check(width, kind, label)
+        except RecordRejected as exc:
+            self.rejected += 1
+            self.rejected_by[exc.code] += 1
+            raise
+        self._take(True, rec)
+
+    def on_predict(self, features: list) -> Any:
+        """Predict one clean forecasting record (a JSON scalar label, or None before any
+        fit); as :meth:`on_train`, for callers that feed records directly.
 
         Raises
         ------
@@ -87,16 +270,28 @@ class PipelineSpoke(Node):
             When the record does not fit this pipeline (counted in ``rejected``).
         """
         try:
-            self._check(features)
-            if label is None and self._supervised:
-                raise RecordRejected("a training record needs a 'label' for this learner")
-        except RecordRejected:
+            width, _ = inspect_record(features, None, False)
+            self._adopt(width, None)
+            self.layout.check(width, None, None)
+            return self._predict(features)
+        except RecordRejected as exc:
             self.rejected += 1
+            self.rejected_by[exc.code] += 1
             raise
-        self._X.append(features)
-        self._y.append(label)
-        if len(self._X) >= self.mini_batch_size:
-            self.flush()
+
+    def _adopt(self, width: int, kind: str | None) -> None:
+        if self.layout.pending:
+            self.layout = Layout(width, "number" if self._task == "regression" and kind else kind,
+                                 None, "inferred")
+
+    def _predict(self, features: list) -> Any:
+        try:
+            X = np.asarray([features], dtype=np.float64)
+            prediction = self.pipeline.predict(X)[0]
+        except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
+            raise RecordRejected(f"the learner cannot predict it: {exc}", "predict_failed") from exc
+        self.predicted += 1
+        return prediction
 
     def flush(self) -> None:
         """Fit the buffered (possibly partial) mini-batch, test-then-train."""
@@ -116,6 +311,7 @@ class PipelineSpoke(Node):
             # a batch the learner cannot take (e.g. a CNN fed records of the wrong width):
             # counted and reported, never fatal to the job
             self.rejected += len(X)
+            self.rejected_by["fit_failed"] += len(X)
             self.fit_errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             return
@@ -136,28 +332,6 @@ class PipelineSpoke(Node):
         self._y = keep_y
         return np.stack(keep_X) if keep_X else np.empty((0, self.n_features or 0))
 
-    def on_predict(self, features: list) -> Any:
-        """Predict one forecasting record (a JSON scalar label, or None before any fit).
-
-        Raises
-        ------
-        RecordRejected
-            When the record does not fit this pipeline (counted in ``rejected``).
-        """
-        try:
-            self._check(features)
-            X = np.asarray([features], dtype=np.float64)
-        except (RecordRejected, TypeError, ValueError) as exc:
-            self.rejected += 1
-            raise RecordRejected(str(exc)) from exc
-        try:
-            prediction = self.pipeline.predict(X)[0]
-        except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
-            self.rejected += 1
-            raise RecordRejected(f"the learner cannot predict it: {exc}") from exc
-        self.predicted += 1
-        return prediction
-
     def on_batch_fitted(self, n_records: int) -> None:
         """Protocol hook: a mini-batch of ``n_records`` was just fitted."""
 
@@ -172,28 +346,45 @@ class PipelineSpoke(Node):
         self.peers[0].report(self.queries, request_id, stats)
 
     def update(self, request) -> None:
-        """Apply an Update request (hyperparameters, mini-batching); the model is kept.
+        """Apply an Update request (hyperparameters, mini-batching; the model is kept) and
+        a new layout (``learner.parameters`` ``n_features`` / ``classes``): records are
+        then checked against it, held ones included. A new width, or learned classes
+        outside the new ``classes``, resets the model (learner and preprocessors start
+        again from scratch); counters and the protocol go on.
 
         Raises
         ------
         RequestError
-            Nothing changed (see :func:`learning.update.apply_update`).
+            Nothing changed (see :func:`learning.update.apply_update`, :func:`relayout_of`).
         """
-        self.request = apply_update(self.request, request, self.pipeline)
+        stripped, layout = relayout_of(request, self.layout, self._task, self._supervised)
+        self.request = apply_update(self.request, stripped, self.pipeline)
         cfg = self.request.training_configuration
         self.mini_batch_size = int(cfg["miniBatchSize"])
         self.mini_batches = int(cfg["miniBatches"])
+        if layout is not None:
+            self.request = with_layout(self.request, layout)
+            if needs_reset(self.pipeline.learner, layout):
+                self._X, self._y = [], []
+                self.pipeline = _build_pipeline(self.request)
+                self.on_relayout()
+            self.install_layout(layout)
         self.on_update()
 
     def on_update(self) -> None:
         """Protocol hook: ``self.request.training_configuration`` may have changed."""
 
+    def on_relayout(self) -> None:
+        """Protocol hook: an Update changed the layout and the model was reset."""
+
     def statistics(self) -> dict:
         return {
             "spoke": self.ctx.index, "fitted": self.fitted, "predicted": self.predicted,
-            "rejected": self.rejected, "correct": self.correct, "loss": self.loss_sum,
+            "rejected": self.rejected, "rejectedBy": dict(self.rejected_by),
+            "correct": self.correct, "loss": self.loss_sum,
             "batches": self.batches, "fitErrors": self.fit_errors, "lastError": self.last_error,
-            "held": len(getattr(self.ctx, "backlog", ())), "network": self.stats.to_json(),
+            "held": len(getattr(self.ctx, "backlog", ())), "layoutHeld": len(self._held),
+            "layout": self.layout.to_json(), "network": self.stats.to_json(),
         }
 
 
@@ -210,6 +401,33 @@ class PipelineHub(Node):
         self.learner = make_learner(request.learner)
         self.updates = 0
         self._reports: dict[int, dict[int, dict]] = {}
+        self._task = getattr(self.learner, "task", "classification")
+        self._supervised = getattr(self.learner, "supervised", True)
+        self.layout = declared_layout(request.learner or {}, self._task, self._supervised)
+        self.quorum = int(request.training_configuration.get("layoutQuorum", DEFAULT_QUORUM))
+        self.layout_votes: Counter = Counter()  # (width, label kind) -> records, all spokes
+
+    # -- layout agreement (hub 0; learning.layout) -----------------------------------------
+    @remote(oneway=True)
+    def vote(self, spoke: int, votes: list) -> None:
+        """A spoke's held records by signature ``[[width, label kind, records], ...]``."""
+        self._count_votes(votes, force=False)
+
+    @remote()
+    def settle(self, spoke: int, votes: list) -> dict | None:
+        """As :meth:`vote`, for a Query: decide now if any layout has a strict majority
+        of at least two records; returns the layout (JSON) or None."""
+        self._count_votes(votes, force=True)
+        return None if self.layout.pending else self.layout.to_json()
+
+    def _count_votes(self, votes: list, force: bool) -> None:
+        if not self.layout.pending:
+            return
+        self.layout_votes.update(vote_counter(votes))
+        got = decide(self.layout_votes, self.quorum, force, self._task, self._supervised)
+        if got is not None:
+            self.layout = got
+            self.broadcast.agreed(got.to_json())
 
     @remote(oneway=True)
     def report(self, query: int, request_id: Any, stats: dict) -> None:
@@ -221,10 +439,21 @@ class PipelineHub(Node):
             self.ctx.emit("responses", self.query_response(request_id, [got[i] for i in sorted(got)]))
 
     def update(self, request) -> None:
-        """Apply an Update request to the hub's copy of the definition and learner."""
+        """Apply an Update request to the hub's copy of the definition and learner; a new
+        layout resets the hub's model as the spokes' (:meth:`PipelineSpoke.update`)."""
+        stripped, layout = relayout_of(request, self.layout, self._task, self._supervised)
         holder = SimpleNamespace(learner=self.learner, preprocessors=[
             make_preprocessor(p, i) for i, p in enumerate(self.request.pre_processors)])
-        self.request = apply_update(self.request, request, holder)
+        self.request = apply_update(self.request, stripped, holder)
+        if layout is not None:
+            self.request = with_layout(self.request, layout)
+            self.layout = layout
+            if needs_reset(self.learner, layout):
+                self.learner = make_learner(self.request.learner)
+                self.on_relayout()
+
+    def on_relayout(self) -> None:
+        """Protocol hook: an Update changed the layout and the model was reset."""
 
     def global_statistics(self) -> dict:
         """Protocol statistics of this hub (protocols extend it)."""
@@ -277,6 +506,9 @@ class PipelineHub(Node):
             "fitted": fitted, "fittedPerSpoke": [s["fitted"] for s in spokes],
             "predicted": sum(s["predicted"] for s in spokes),
             "rejected": sum(s["rejected"] for s in spokes),
+            "rejectedBy": dict(sum((Counter(s.get("rejectedBy", {})) for s in spokes), Counter())),
+            "layout": {**self.layout.to_json(), "votes": sum(self.layout_votes.values()),
+                       "held": sum(s.get("layoutHeld", 0) for s in spokes)},
             "task": getattr(self.learner, "task", "classification"),
             "prequentialAccuracy": (correct / fitted if fitted and getattr(
                 self.learner, "task", "classification") == "classification" else None),
@@ -284,7 +516,8 @@ class PipelineHub(Node):
             "protocol": proto,
             "spokes": [{
                 "spoke": s["spoke"], "fitted": s["fitted"], "predicted": s["predicted"],
-                "rejected": s["rejected"], "fitErrors": s["fitErrors"], "lastError": s["lastError"],
+                "rejected": s["rejected"], "rejectedBy": s.get("rejectedBy", {}),
+                "layoutHeld": s.get("layoutHeld", 0), "fitErrors": s["fitErrors"], "lastError": s["lastError"],
                 "held": s.get("held", 0),
                 "messagesSent": s["network"]["messages_sent"],
                 "bytesSent": s["network"]["bytes_sent"],

@@ -77,8 +77,7 @@ from typing import Any, Callable
 import numpy as np
 
 from learning.errors import RequestError
-from learning.learners.base import as_labels, label_key
-from learning.protocols.base import PipelineHub, PipelineSpoke, RecordRejected
+from learning.protocols.base import PipelineHub, PipelineSpoke
 from learning.registry import make_preprocessor
 from middleware import BroadcastPromise, remote
 
@@ -91,6 +90,9 @@ log = logging.getLogger(__name__)
 #: The one-way call that carries a spoke's statistics to hub 0 for a Query; not counted
 #: as synchronization traffic.
 REPORT_METHOD = "report"
+#: Calls that are not synchronization traffic: Query reports and the layout agreement
+#: (learning.layout).
+SERVICE_METHODS = frozenset((REPORT_METHOD, "vote", "settle", "agreed"))
 
 
 #: the rules of ``trainingConfiguration.aggregation`` (see the module docstring)
@@ -217,9 +219,9 @@ class _Traffic:
         self.sent_bytes_by_method[method] += sum(stats.sent_bytes.values()) - b0
 
     def sync_traffic(self) -> tuple[int, int]:
-        """(messages, bytes) sent, Query reports excluded."""
-        return (sum(n for k, n in self.sent_by_method.items() if k != REPORT_METHOD),
-                sum(n for k, n in self.sent_bytes_by_method.items() if k != REPORT_METHOD))
+        """(messages, bytes) sent, Query reports and layout agreement excluded."""
+        return (sum(n for k, n in self.sent_by_method.items() if k not in SERVICE_METHODS),
+                sum(n for k, n in self.sent_bytes_by_method.items() if k not in SERVICE_METHODS))
 
 
 class ShardedSpoke(_Traffic, PipelineSpoke):
@@ -245,12 +247,9 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
         self._init_traffic()
         self.hub_parallelism = int(request.training_configuration.get("hubParallelism", 1))
         self._fixed: dict | None = None
-        self._labels: set | None = None
         learner = self.pipeline.learner
-        if self.hub_parallelism > 1:
+        if self.hub_parallelism > 1:  # labels outside it are refused by self.layout
             self._fixed = fixed_layout(learner, self.hub_parallelism)
-            if hasattr(learner, "classes"):
-                self._labels = {label_key(c) for c in learner.classes}
         self.records_since_sync = 0
         self.rounds = 0
         self.pushes = 0
@@ -280,6 +279,14 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
     def on_update(self) -> None:
         self.aggregation = aggregation_of(self.request.training_configuration,
                                           self.pipeline.learner)
+
+    def on_relayout(self) -> None:
+        """The model was reset for a new layout: forget the statistics and the fixed
+        layout of the old one."""
+        if self.hub_parallelism > 1:
+            self._fixed = fixed_layout(self.pipeline.learner, self.hub_parallelism)
+        self._prep_base = [p.statistics() for p in self.pipeline.preprocessors]
+        self._prep_pushed = None
 
     # -- preprocessor statistics -----------------------------------------------------------
     def preprocessor_delta(self) -> list | None:
@@ -318,18 +325,6 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
             self._prep_base[i] = g
 
     # -- stream --------------------------------------------------------------------------
-    def on_train(self, features: list, label: Any) -> None:
-        if self._labels is not None and label is not None:
-            try:
-                key = label_key(as_labels([label])[0])
-            except ValueError:
-                key = None
-            if key not in self._labels:
-                self.rejected += 1
-                raise RecordRejected(f"label {label!r} is not one of the classes fixed at Create "
-                                     f"(hubParallelism {self.hub_parallelism} needs a fixed layout)")
-        super().on_train(features, label)
-
     def on_batch_fitted(self, n_records: int) -> None:
         self.records_since_sync += n_records
         self.after_batch(n_records)
@@ -524,6 +519,13 @@ class ShardedHub(_Traffic, PipelineHub):
     def update(self, request) -> None:
         super().update(request)
         self.aggregation = aggregation_of(self.request.training_configuration, self.learner)
+
+    def on_relayout(self) -> None:
+        """The model was reset for a new layout: so are the preprocessors' global
+        statistics and the spokes' bases."""
+        self.preprocessors = [make_preprocessor(p, i)
+                              for i, p in enumerate(self.request.pre_processors)]
+        self._bases.clear()
 
     # -- aggregation -----------------------------------------------------------------------
     def sum_of_deltas(self, vectors: list[np.ndarray], bases: list[np.ndarray]) -> np.ndarray:

@@ -1,0 +1,278 @@
+"""A pipeline's record layout — the width of ``features`` and the type of ``label`` — and
+how records are checked against it.
+
+A layout is **declared** at Create (``learner.parameters.n_features`` and, for classifiers,
+``classes``) or **agreed** from the stream when it is not: the spokes hold a pipeline's
+first records and vote; hub 0 counts the votes of every spoke and decides only when one
+layout has a strict majority of at least :data:`DEFAULT_QUORUM` records (the pipeline's
+``trainingConfiguration.layoutQuorum``). So a minority of malformed records can never
+fix a pipeline's layout, and a width seen once never wins. A Query forces a decision on
+what has been seen (still a strict majority of at least two records), so a short stream
+is not held for ever.
+
+A record is checked in two steps: :func:`inspect_record` (is it a record at all: a list
+of finite numbers of sane magnitude, a scalar label) and :meth:`Layout.check` (does it
+fit this pipeline). Each refusal is a :class:`RecordRejected` with a machine-readable
+``code`` (:data:`REASONS`) and a message naming what was expected and what came.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+__all__ = ["RecordRejected", "Layout", "inspect_record", "label_kind", "REASONS", "DEFAULT_QUORUM",
+           "MAX_ABS_FEATURE", "MAX_LABEL_CHARS", "decide", "declared_layout"]
+
+#: Records that must agree (strict majority of the votes) before an undeclared layout is
+#: fixed. Each spoke votes after ``ceil(quorum / n_spokes)`` records of its own.
+DEFAULT_QUORUM = 32
+#: Largest magnitude of a feature: beyond it a square overflows float64 (1e154² = inf),
+#: and a variance, a norm or a PA step turns to inf or NaN for good.
+MAX_ABS_FEATURE = 1e150
+#: Longest string label (characters).
+MAX_LABEL_CHARS = 1000
+
+#: Reason codes of refused data records (dead letters' ``code``; a Query's ``rejectedBy``).
+REASONS = {
+    "not_json": "the Kafka record is not valid JSON (NaN and Infinity are not JSON)",
+    "not_a_record": "not a JSON object with a 'features' list",
+    "features_type": "'features' is not a list",
+    "feature_type": "a feature is not a number (null, bool, string, list, object)",
+    "feature_range": f"a feature is beyond ±{MAX_ABS_FEATURE:g}",
+    "width": "the number of features differs from the pipeline's",
+    "label_missing": "a training record without a label, for a supervised learner",
+    "label_type": "a label that is not a JSON scalar, or not of the pipeline's label type",
+    "label_too_long": f"a string label of more than {MAX_LABEL_CHARS} characters",
+    "unseen_class": "a label outside the classes declared at Create",
+    "not_agreed": "the record disagrees with the layout the spokes agreed on",
+    "fit_failed": "the learner refused the mini-batch",
+    "predict_failed": "the learner could not predict the record",
+}
+
+_NUMBERS = frozenset((int, float))
+_SCALARS = {bool: "bool", int: "int", float: "float", str: "string"}
+
+
+class RecordRejected(ValueError):
+    """A record this pipeline cannot use.
+
+    Attributes
+    ----------
+    code : str
+        One of :data:`REASONS`.
+    """
+
+    def __init__(self, message: str, code: str = "not_a_record") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def label_kind(label: Any) -> str:
+    """``"bool"``, ``"int"``, ``"float"`` or ``"string"`` for a JSON scalar label.
+
+    Raises
+    ------
+    RecordRejected
+        ``label_type`` for anything else (null, list, object), ``label_too_long`` for a
+        string of more than :data:`MAX_LABEL_CHARS` characters.
+    """
+    kind = _SCALARS.get(type(label))
+    if kind is None:
+        raise RecordRejected(f"a label is a JSON scalar (bool, number or string), got "
+                             f"{_json_type(label)}", "label_type")
+    if kind == "string" and len(label) > MAX_LABEL_CHARS:
+        raise RecordRejected(f"a string label has at most {MAX_LABEL_CHARS} characters, got "
+                             f"{len(label)}", "label_too_long")
+    return kind
+
+
+def _json_type(value: Any) -> str:
+    return {type(None): "null", dict: "an object", list: "an array", str: "a string",
+            bool: "a bool"}.get(type(value), type(value).__name__)
+
+
+def inspect_record(features: Any, label: Any, labelled: bool) -> tuple[int, str | None]:
+    """Check that a record is one at all; returns its signature ``(width, label kind)``.
+
+    Parameters
+    ----------
+    features : Any
+        The record's ``features`` (parsed JSON): must be a list of JSON numbers (not
+        bool) of magnitude at most :data:`MAX_ABS_FEATURE`. ``-0`` is 0.
+    label : Any
+        The record's ``label`` (None when absent).
+    labelled : bool
+        Whether the label counts (a training record for a supervised learner); else it is
+        ignored and the kind is None.
+
+    Raises
+    ------
+    RecordRejected
+        ``features_type``, ``feature_type``, ``feature_range``, ``label_missing``,
+        ``label_type`` or ``label_too_long``.
+    """
+    if type(features) is not list:
+        raise RecordRejected(f"'features' is a list of numbers, got {_json_type(features)}",
+                             "features_type")
+    if features:
+        if not set(map(type, features)) <= _NUMBERS:
+            i, bad = next((i, v) for i, v in enumerate(features) if type(v) not in _NUMBERS)
+            raise RecordRejected(f"feature {i} is {_json_type(bad)}, not a number", "feature_type")
+        if max(features) > MAX_ABS_FEATURE or min(features) < -MAX_ABS_FEATURE:
+            i, bad = next((i, v) for i, v in enumerate(features) if abs(v) > MAX_ABS_FEATURE)
+            raise RecordRejected(f"feature {i} = {bad:g} is beyond ±{MAX_ABS_FEATURE:g}",
+                                 "feature_range")
+    if not labelled:
+        return len(features), None
+    if label is None:
+        raise RecordRejected("a training record needs a 'label' for this learner", "label_missing")
+    return len(features), label_kind(label)
+
+
+@dataclass
+class Layout:
+    """What a pipeline's records look like.
+
+    Attributes
+    ----------
+    n_features : int or None
+        The width of ``features``; None while not agreed.
+    label_type : str or None
+        ``"bool"``, ``"int"``, ``"float"``, ``"string"``, ``"number"`` (int or float, for
+        regressors), or None (any: an unsupervised learner, or not agreed yet).
+    classes : list or None
+        Declared classes; labels outside them are refused (``unseen_class``).
+    source : str
+        ``"declared"`` (at Create or by an Update), ``"inferred"`` (agreed from the
+        stream) or ``"pending"`` (records held until the spokes agree).
+    """
+
+    n_features: int | None = None
+    label_type: str | None = None
+    classes: list | None = None
+    source: str = "pending"
+    _class_keys: frozenset = field(default=frozenset(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.classes is not None:
+            self._class_keys = frozenset((type(c), c) for c in self.classes)
+
+    @property
+    def pending(self) -> bool:
+        return self.source == "pending"
+
+    def check(self, width: int, kind: str | None, label: Any) -> None:
+        """Whether a record of signature ``(width, kind)`` (from :func:`inspect_record`)
+        fits this layout.
+
+        Raises
+        ------
+        RecordRejected
+            ``width`` (``expected 18 features, got 2``), ``label_type`` or ``unseen_class``.
+        """
+        if width != self.n_features:
+            raise RecordRejected(f"expected {self.n_features} features, got {width}", "width")
+        if kind is None or self.label_type is None:
+            return
+        if self.label_type == "number":
+            if kind not in ("int", "float"):
+                raise RecordRejected(f"expected a number label, got a {kind}", "label_type")
+            return
+        if kind != self.label_type:
+            raise RecordRejected(f"expected a{'n' if self.label_type == 'int' else ''} "
+                                 f"{self.label_type} label, got a {kind} ({label!r:.40})",
+                                 "label_type")
+        if self.classes is not None and (type(label), label) not in self._class_keys:
+            raise RecordRejected(f"label {label!r:.40} is not one of the declared classes "
+                                 f"{self.classes!r:.200}", "unseen_class")
+
+    def to_json(self) -> dict:
+        return {"nFeatures": self.n_features, "labelType": self.label_type,
+                "classes": self.classes, "source": self.source}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Layout":
+        return cls(d.get("nFeatures"), d.get("labelType"), d.get("classes"), d.get("source", "inferred"))
+
+
+def declared_layout(learner_spec: dict, task: str, supervised: bool) -> Layout:
+    """The layout a Create (or Update) request declares, or a pending one.
+
+    Parameters
+    ----------
+    learner_spec : dict
+        The request's ``learner``: ``n_features`` and ``classes`` are read from its
+        ``parameters``, then its ``hyperParameters``.
+    task : str
+        The learner's task (``"classification"``, ``"regression"``, ``"clustering"``).
+    supervised : bool
+        Whether the learner needs labels.
+    """
+    n_features = classes = None
+    for part in (learner_spec.get("parameters") or {}, learner_spec.get("hyperParameters") or {}):
+        if n_features is None and part.get("n_features") is not None:
+            n_features = int(part["n_features"])
+        if classes is None and part.get("classes"):
+            classes = list(part["classes"])
+    label_type = None
+    if not supervised:
+        label_type = None
+    elif task == "regression":
+        label_type = "number"
+    elif classes:
+        kinds = {_SCALARS.get(type(c)) for c in classes}
+        label_type = kinds.pop() if len(kinds) == 1 else None
+    return Layout(n_features, label_type, classes if task == "classification" else None,
+                  "declared" if n_features is not None else "pending")
+
+
+def decide(votes: Counter, quorum: int, force: bool, task: str, supervised: bool) -> Layout | None:
+    """The layout the votes agree on, or None.
+
+    Parameters
+    ----------
+    votes : Counter
+        ``(width, label kind or None) → records``, summed over spokes.
+    quorum : int
+        Records a layout needs, and a strict majority of all votes; with ``force`` (a
+        Query) a strict majority of at least two records is enough.
+    task, supervised
+        As for :func:`declared_layout`; a classifier also needs a strict majority label
+        kind among the labelled records of the winning width.
+    """
+    total = sum(votes.values())
+    widths: Counter = Counter()
+    for (w, _), n in votes.items():
+        widths[w] += n
+    if not widths:
+        return None
+    width, n = widths.most_common(1)[0]
+    if n < (2 if force else quorum) or 2 * n <= total:
+        return None
+    if not supervised:
+        return Layout(width, None, None, "inferred")
+    if task == "regression":
+        return Layout(width, "number", None, "inferred")
+    kinds = Counter({k: c for (w, k), c in votes.items() if w == width and k is not None})
+    labelled = sum(kinds.values())
+    if not labelled:
+        return None
+    kind, c = kinds.most_common(1)[0]
+    if 2 * c <= labelled:
+        return None
+    return Layout(width, kind, None, "inferred")
+
+
+def vote_list(votes: Counter) -> list[list]:
+    """Votes as JSON: ``[[width, kind, records], ...]``."""
+    return [[w, k, n] for (w, k), n in votes.items()]
+
+
+def vote_counter(rows: Iterable) -> Counter:
+    """The inverse of :func:`vote_list`, tolerant of garbage (a peer is trusted code)."""
+    out: Counter = Counter()
+    for w, k, n in rows:
+        out[(int(w), k)] += int(n)
+    return out

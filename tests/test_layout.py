@@ -1,0 +1,204 @@
+"""A pipeline's record layout (learning.layout): declared at Create, or agreed by the
+spokes through hub 0 so that a minority of bad records never fixes it; refusals carry a
+reason code; an Update fixes a wrong layout. The Flink spoke and hub kernels wired in plain
+Python (tests/test_spoke_kernel.py's Wire)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import orjson
+import pytest
+
+from learning.layout import Layout, RecordRejected, decide, inspect_record
+from tests.test_spoke_kernel import Wire
+
+
+def create(pid: int = 0, protocol: str = "Asynchronous", **params) -> dict:
+    learner = {"name": "PA", "hyperParameters": {"C": 0.01}}
+    if params:
+        learner["parameters"] = params
+    return {"id": pid, "request": "Create", "requestId": f"c{pid}", "learner": learner,
+            "trainingConfiguration": {"protocol": protocol, "miniBatchSize": 4, "miniBatches": 1}}
+
+
+def good(i: int) -> dict:
+    return {"id": i, "features": [float(i % 3), 1.0 - (i % 2)], "label": i % 2}
+
+
+class DeadWire(Wire):
+    """A Wire that answers Queries."""
+
+    def query(self, pid: int = 0) -> dict:
+        self.responses.clear()
+        self.request({"id": pid, "request": "Query", "requestId": "q"})
+        return next(r for r in self.responses if r.get("requestId") == "q")
+
+
+@pytest.mark.parametrize("features,label,labelled,code", [
+    ("abc", 1, True, "features_type"), ({"a": 1}, 1, True, "features_type"),
+    (None, 1, True, "features_type"), ([1, "2"], 1, True, "feature_type"),
+    ([1, None], 1, True, "feature_type"), ([1, True], 1, True, "feature_type"),
+    ([[1, 2]], 1, True, "feature_type"), ([1e308], 1, True, "feature_range"),
+    ([-1e151], 1, True, "feature_range"), ([1.0], None, True, "label_missing"),
+    ([1.0], {"a": 1}, True, "label_type"), ([1.0], [1], True, "label_type"),
+    ([1.0], "x" * 1001, True, "label_too_long"),
+])
+def test_a_record_that_is_not_one_is_refused_with_its_reason(features, label, labelled, code):
+    with pytest.raises(RecordRejected) as e:
+        inspect_record(features, label, labelled)
+    assert e.value.code == code
+
+
+def test_signatures_and_checks():
+    assert inspect_record([1, -0.0, 2.5], 3, True) == (3, "int")
+    assert inspect_record([], None, False) == (0, None)
+    assert inspect_record([1.0], {"ignored": "unlabelled"}, False) == (1, None)
+    declared = Layout(18, "int", [0, 1], "declared")
+    for sig, label, code in [((2, "int"), 1, "width"), ((18, "string"), "1", "label_type"),
+                             ((18, "int"), 7, "unseen_class"), ((18, "bool"), True, "label_type")]:
+        with pytest.raises(RecordRejected) as e:
+            declared.check(*sig, label)
+        assert e.value.code == code
+    with pytest.raises(RecordRejected, match="expected 18 features, got 2"):
+        declared.check(2, "int", 1)
+    declared.check(18, "int", 1)
+    declared.check(18, None, None)  # a forecasting record
+
+
+def test_the_votes_need_a_quorum_and_a_strict_majority():
+    assert decide(Counter({(2, "int"): 31}), 32, False, "classification", True) is None
+    assert decide(Counter({(2, "int"): 32}), 32, False, "classification", True).n_features == 2
+    # 20 identical bad records and 20 good ones: no majority, no decision
+    assert decide(Counter({(5, "int"): 20, (2, "int"): 20}), 32, False, "classification", True) is None
+    got = decide(Counter({(5, "int"): 20, (2, "int"): 22, (2, None): 10}), 32, False,
+                 "classification", True)
+    assert (got.n_features, got.label_type, got.source) == (2, "int", "inferred")
+    # a Query forces a decision, but a width seen once never wins
+    assert decide(Counter({(7, "int"): 1}), 32, True, "classification", True) is None
+    assert decide(Counter({(7, "int"): 2, (3, "int"): 1}), 32, True, "classification", True).n_features == 7
+    # label kinds: a strict majority of the labelled records of the winning width
+    assert decide(Counter({(2, "int"): 20, (2, "string"): 20}), 32, False, "classification", True) is None
+    assert decide(Counter({(2, "int"): 20, (2, "bool"): 20}), 32, False, "regression", True).label_type == "number"
+
+
+def test_identical_bad_records_first_do_not_fix_the_layout():
+    """Ten identical 5-feature records reach spoke 0 before any good one: under the old
+    rule (the first record fixes the width) they poisoned the pipeline. Now the spokes hold
+    their records and vote; hub 0 fixes width 2 once it has a quorum with a strict
+    majority, and the held bad records are dead-lettered with what was expected."""
+    w = DeadWire()
+    w.request(create())
+    bad = {"features": [1.0, 2.0, 3.0, 4.0, 5.0], "label": 1}
+    for i in range(10):
+        w.data(0, "T", bad | {"id": -i})
+    for i in range(80):
+        w.data(i % 2, "T", good(i))
+    node = w.spokes[0].nodes[0]
+    assert node.layout.to_json() == {"nFeatures": 2, "labelType": "int", "classes": None,
+                                     "source": "inferred"}
+    q = w.query()
+    assert q["fitted"] == 80 and q["rejected"] == 10
+    assert q["rejectedBy"] == {"width": 10}
+    assert q["layout"]["source"] == "inferred" and q["layout"]["nFeatures"] == 2
+    assert q["layout"]["held"] == 0 and q["layout"]["votes"] >= 32
+    assert len(w.dead) == 10 and {d["reason"] for d in w.dead} == {"expected 2 features, got 5"}
+    assert {(d["code"], d["pipeline"]) for d in w.dead} == {("width", 0)}
+
+
+def test_held_records_keep_their_order_and_forecasts_are_answered():
+    w = DeadWire()
+    w.request(create())
+    w.data(0, "P", {"id": "early", "features": [1.0, 0.0]})
+    for i in range(64):
+        w.data(i % 2, "T", good(i))
+    assert [p["id"] for p in w.predictions] == ["early"]
+    assert w.spokes[0].nodes[0].fitted + w.spokes[1].nodes[0].fitted == 64
+
+
+def test_a_query_decides_a_short_stream():
+    w = DeadWire()
+    w.request(create())
+    for i in range(3):
+        w.data(0, "T", good(i))
+    assert w.spokes[0].nodes[0].layout.pending
+    q = w.query()
+    assert q["fitted"] == 3 and q["layout"]["source"] == "inferred"
+    assert not w.spokes[1].nodes[0].layout.pending  # hub 0 told every spoke
+
+
+def test_a_query_of_a_stream_without_agreement_reports_the_held_records():
+    w = DeadWire()
+    w.request(create())
+    w.data(0, "T", {"features": [1.0], "label": 0})
+    w.data(0, "T", {"features": [1.0, 2.0, 3.0], "label": 0})
+    q = w.query()
+    assert q["fitted"] == 0 and q["layout"]["source"] == "pending" and q["layout"]["held"] == 2
+
+
+def test_a_declared_layout_refuses_at_once_with_reasons():
+    w = DeadWire()
+    w.request(create(n_features=2, classes=[0, 1]))
+    w.data(0, "T", {"features": [1.0, 2.0, 3.0], "label": 1})
+    w.data(0, "T", {"features": [1.0, 2.0], "label": 7})
+    w.data(0, "T", {"features": [1.0, 2.0], "label": "1"})
+    w.data(0, "T", {"features": [1.0, "x"], "label": 1})
+    w.data(0, "T", {"nofeatures": 1})
+    w.spokes[0].on_data("T{not json")
+    w.pump()
+    for i in range(8):
+        w.data(i % 2, "T", good(i))
+    q = w.query()
+    assert q["fitted"] == 8 and q["layout"]["source"] == "declared"
+    assert q["rejectedBy"] == {"width": 1, "unseen_class": 1, "label_type": 1,
+                               "feature_type": 1, "not_a_record": 1, "not_json": 1}
+    assert q["rejected"] == 6 and q["service"]["badRecords"] == 2
+    assert len(w.dead) == 6
+    assert {d["code"] for d in w.dead} == set(q["rejectedBy"])
+
+
+def test_an_update_fixes_a_wrong_layout_without_losing_the_pipeline():
+    """Declared with the wrong width, the pipeline refuses every record; an Update with the
+    right ``n_features`` resets the model for the new width and the records that follow
+    are fitted; the pipeline (its id, counters, protocol) goes on."""
+    w = DeadWire()
+    w.request(create(n_features=3))
+    for i in range(8):
+        w.data(i % 2, "T", good(i))
+    assert w.query()["rejectedBy"] == {"width": 8}
+    w.responses.clear()
+    w.request({"id": 0, "request": "Update", "requestId": "u",
+               "learner": {"parameters": {"n_features": 2}}})
+    assert [r["status"] for r in w.responses if r.get("requestId") == "u"] == ["ok"]
+    for i in range(40):
+        w.data(i % 2, "T", good(i))
+    q = w.query()
+    assert q["fitted"] == 40 and q["rejected"] == 8
+    assert q["layout"] == {"nFeatures": 2, "labelType": None, "classes": None,
+                           "source": "declared", "votes": 0, "held": 0}
+    assert q["model"]["layout"]["n_features"] == 2
+    assert q["prequentialAccuracy"] > 0.5
+    # an Update of learned parameters other than the layout is still refused
+    w.responses.clear()
+    w.request({"id": 0, "request": "Update", "requestId": "u2",
+               "learner": {"parameters": {"W": [[1.0]]}}})
+    assert next(r for r in w.responses if r.get("requestId") == "u2")["status"] == "error"
+
+
+def test_an_update_with_classes_refuses_other_labels_from_then_on():
+    w = DeadWire()
+    w.request(create(n_features=2))
+    w.request({"id": 0, "request": "Update", "requestId": "u",
+               "learner": {"parameters": {"classes": [0, 1]}}})
+    w.data(0, "T", {"features": [1.0, 2.0], "label": 5})
+    assert [d["code"] for d in w.dead] == ["unseen_class"]
+
+
+def test_a_huge_bad_record_is_dead_lettered_truncated():
+    w = DeadWire()
+    w.request(create(n_features=2))
+    w.data(0, "T", {"features": [1.0] * 100_000, "label": 1})
+    (d,) = w.dead
+    assert d["reason"] == "expected 2 features, got 100000"
+    assert d["record"]["truncated"] is True and d["record"]["bytes"] > 100_000
+    assert len(orjson.dumps(d)) < 4096
