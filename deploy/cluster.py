@@ -678,6 +678,26 @@ class SessionCluster:
                 return int(float(m["value"]))
         return 0
 
+    def failures(self, job_id: str) -> int:
+        """How many failures the JobManager recorded for the job: the entries of its
+        exception history (``/jobs/<id>/exceptions``; at most ``web.exception-history-size``,
+        16 by default). The scheduler writes them itself, so unlike :meth:`restarts` they do
+        not go through the REST API's metric fetcher: in one trial ``numRestarts`` still read
+        0 two minutes after both TaskManagers of a job were killed and it had recovered."""
+        return len(self.job_exceptions(job_id).get("exceptionHistory", {}).get("entries", []))
+
+    def wait_for_failures(self, job_id: str, min_failures: int = 1, timeout: float = 60) -> int:
+        """Wait until :meth:`failures` reaches ``min_failures``; return it."""
+        deadline = time.monotonic() + timeout
+        n = 0
+        while time.monotonic() < deadline:
+            n = self.failures(job_id)
+            if n >= min_failures:
+                return n
+            time.sleep(0.25)
+        raise ClusterError(f"job {job_id}: {n} of {min_failures} failures within {timeout} s\n"
+                           f"{self.log_tail()}")
+
     def wait_for_restarts(self, job_id: str, min_restarts: int = 1, timeout: float = 60) -> int:
         """Wait until :meth:`restarts` reaches ``min_restarts``; return it."""
         deadline = time.monotonic() + timeout

@@ -89,12 +89,17 @@ def test_hub_updates_reach_every_spoke_through_kafka(shuttle_run):
     final, envs = shuttle_run["final"], shuttle_run["envelopes"]
     assert envs, "nothing went through the psMessages topic"
     assert all(e.src_side == HUB and e.dst_side == SPOKE and e.network == 0 for e in envs)
-    assert {e.kind for e in envs} == {Kind.RESPONSE}
+    # the layout was agreed through hub 0 first (learning.layout): one broadcast
+    agreed = [e for e in envs if e.method == "agreed"]
+    assert {e.kind for e in agreed} == {Kind.ONEWAY} and len(agreed) == 2
+    assert {e.kind for e in envs if e.method != "agreed"} == {Kind.RESPONSE}
     for s in final["spokes"]:
-        mine = [e for e in envs if e.dst_index == s["spoke"]]
+        every = [e for e in envs if e.dst_index == s["spoke"]]
+        assert [e.seq for e in every] == list(range(len(every)))  # FIFO, none missing
+        assert s["messagesReceived"] == len(every)
+        mine = [e for e in every if e.method not in ("agreed", "settle")]
         assert mine, f"spoke {s['spoke']} got nothing"
-        assert [e.seq for e in mine] == list(range(len(mine)))  # FIFO, none missing
-        assert s["messagesReceived"] == len(mine) == s["globalsReceived"]
+        assert len(mine) == s["globalsReceived"]
         assert s["duplicatesDropped"] == 0
         w_last = mine[-1].payload[0]  # [global model (shard), layout, slowest clock]
         assert s["lastGlobalDigest"] == global_digest(w_last)
