@@ -38,7 +38,8 @@ def test_the_batcher_is_compiled_from_its_source_into_a_cached_jar():
 
 def test_a_batch_carries_each_record_its_topic_and_its_order():
     k = SpokeKernel(0, 1, 1, hub_keys=[0])
-    k.on_message(orjson.dumps({"id": 0, "request": "Create", "learner": {"name": "PA", "parameters": {"n_features": 2}},
+    k.on_message(orjson.dumps({"id": 0, "request": "Create",
+                               "learner": {"name": "PA", "parameters": {"n_features": 2}},
                                "trainingConfiguration": {"miniBatchSize": 1}}))
     k.out.clear()
     recs = [(i % 3 != 2, orjson.dumps({"id": i, "features": [float(i), 1.0], "label": i % 2}))

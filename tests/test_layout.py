@@ -202,3 +202,20 @@ def test_a_huge_bad_record_is_dead_lettered_truncated():
     assert d["reason"] == "expected 2 features, got 100000"
     assert d["record"]["truncated"] is True and d["record"]["bytes"] > 100_000
     assert len(orjson.dumps(d)) < 4096
+
+
+def test_an_update_fixes_a_layout_that_a_majority_of_bad_records_decided():
+    """When bad records are the majority of the first ones (here 40 identical 5-feature
+    records), the agreed layout is wrong; an Update with the right width repairs it."""
+    w = DeadWire()
+    w.request(create())
+    for i in range(40):
+        w.data(i % 2, "T", {"id": -i, "features": [1.0] * 5, "label": 1})
+    assert w.spokes[0].nodes[0].layout.n_features == 5
+    w.request({"id": 0, "request": "Update", "requestId": "u",
+               "learner": {"parameters": {"n_features": 2}}})
+    for i in range(40):
+        w.data(i % 2, "T", good(i))
+    q = w.query()
+    assert q["fitted"] == 40 + 40 and q["layout"]["source"] == "declared"
+    assert q["model"]["layout"]["n_features"] == 2

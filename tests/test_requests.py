@@ -68,6 +68,15 @@ def test_too_large():
     assert error_of(b'{"id": 1, "request": "Query"}', max_bytes=10).code == "too_large"
 
 
+def test_an_oversized_request_that_is_valid_json_is_answered_with_its_request_id():
+    raw = orjson.dumps({"id": 1, "request": "Query", "requestId": "big-1", "pad": "x" * 5_000_000})
+    e = error_of(raw)
+    assert (e.code, e.request_id) == ("too_large", "big-1")
+    assert error_of(raw.decode()).request_id == "big-1"
+    # beyond 64 times the limit it is not parsed at all
+    assert error_of(raw, max_bytes=1000).request_id is None
+
+
 @pytest.mark.parametrize("doc,field", [
     (create(trainingConfiguration={"miniBatchSize": 0}), "trainingConfiguration.miniBatchSize"),
     (create(trainingConfiguration={"miniBatchSize": 100_001}),

@@ -124,6 +124,7 @@ HOSTILE = [
     ("10^9-wide model", {**create(1), "learner": {"name": "PA", "parameters": {"n_features": 10**9}}},
      "too_large", "learner.parameters.n_features"),
     ("2 MB request", b'{"id": 1, "request": "Query", "pad": "' + b"x" * BIG + b'"}', "too_large", None),
+    ("5 MB valid request", {"id": 1, "request": "Query", "pad": "x" * 5_000_000}, "too_large", None),
     ("duplicate create", create(20), "exists", "id"),
     ("query missing", {"id": 404, "request": "Query"}, "not_found", "id"),
     ("update missing", {"id": 404, "request": "Update", "learner": {"hyperParameters": {"C": 1}}},
