@@ -219,3 +219,18 @@ def test_an_update_fixes_a_layout_that_a_majority_of_bad_records_decided():
     q = w.query()
     assert q["fitted"] == 40 + 40 and q["layout"]["source"] == "declared"
     assert q["model"]["layout"]["n_features"] == 2
+
+
+def test_records_held_without_agreement_are_bounded(monkeypatch):
+    """Two widths in equal numbers never agree; a spoke holds at most 64 × layoutQuorum
+    records and dead-letters the oldest beyond (``not_agreed``)."""
+    from learning.protocols import base
+    monkeypatch.setattr(base, "HELD_PER_QUORUM", 2)
+    w = DeadWire()
+    w.request(create())
+    for i in range(100):
+        w.data(0, "T", {"id": i, "features": [1.0] * (2 + i % 2), "label": 1})
+    node = w.spokes[0].nodes[0]
+    assert node.layout.pending and len(node._held) == 64
+    assert len(w.dead) == 36 and {d["code"] for d in w.dead} == {"not_agreed"}
+    assert [d["record"]["id"] for d in w.dead] == list(range(36))

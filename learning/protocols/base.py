@@ -32,6 +32,9 @@ def _build_pipeline(request) -> Pipeline:
 
 
 LAYOUT_KEYS = ("n_features", "classes")
+#: A spoke holds at most this many times ``layoutQuorum`` records while its pipeline's
+#: layout is pending; beyond, the oldest is dead-lettered (``not_agreed``).
+HELD_PER_QUORUM = 64
 
 
 def dead_letter(rec: Any, exc: RecordRejected, pipeline: Any, spoke: int,
@@ -194,6 +197,12 @@ class PipelineSpoke(Node):
     def _hold(self, train: bool, rec: dict, width: int, kind: str | None) -> None:
         self._held.append((train, rec, width, kind))
         self._votes[(width, kind)] += 1
+        if len(self._held) > HELD_PER_QUORUM * self.quorum:  # bounded: the oldest goes
+            old = self._held.pop(0)[1]
+            self.refuse(old, RecordRejected(
+                f"no layout agreed after {len(self._held)} records held on this spoke (no "
+                f"width and label type has a strict majority): declare learner.parameters."
+                f"n_features", "not_agreed"))
         if sum(self._votes.values()) >= -(-self.quorum // self.ctx.n_spokes):
             self.peers[0].vote(self.ctx.index, vote_list(self._votes))
             self._votes.clear()
