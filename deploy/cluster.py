@@ -688,26 +688,21 @@ class SessionCluster:
 
     def wait_for_failures(self, job_id: str, min_failures: int = 1, timeout: float = 60) -> int:
         """Wait until :meth:`failures` reaches ``min_failures``; return it."""
-        deadline = time.monotonic() + timeout
-        n = 0
-        while time.monotonic() < deadline:
-            n = self.failures(job_id)
-            if n >= min_failures:
-                return n
-            time.sleep(0.25)
-        raise ClusterError(f"job {job_id}: {n} of {min_failures} failures within {timeout} s\n"
-                           f"{self.log_tail()}")
+        return self._wait_count(job_id, self.failures, min_failures, "failures", timeout)
 
     def wait_for_restarts(self, job_id: str, min_restarts: int = 1, timeout: float = 60) -> int:
         """Wait until :meth:`restarts` reaches ``min_restarts``; return it."""
+        return self._wait_count(job_id, self.restarts, min_restarts, "restarts", timeout)
+
+    def _wait_count(self, job_id: str, count, least: int, what: str, timeout: float) -> int:
         deadline = time.monotonic() + timeout
         n = 0
         while time.monotonic() < deadline:
-            n = self.restarts(job_id)
-            if n >= min_restarts:
+            n = count(job_id)
+            if n >= least:
                 return n
             time.sleep(0.25)
-        raise ClusterError(f"job {job_id}: {n} of {min_restarts} restarts within {timeout} s\n"
+        raise ClusterError(f"job {job_id}: {n} of {least} {what} within {timeout} s\n"
                            f"{self.log_tail()}")
 
     # ------------------------------------------------------------------ CLI
