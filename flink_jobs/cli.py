@@ -57,6 +57,7 @@ def _demo(args: argparse.Namespace) -> int:
                        mini_batch_size=args.mini_batch_size, timeout=args.timeout,
                        progress=not args.no_progress,
                        checkpoint_interval_ms=args.checkpoint_interval_ms,
+                       exactly_once_outputs=args.exactly_once_outputs,
                        max_batch_delay_ms=args.max_batch_delay_ms)
     print(orjson.dumps(summary).decode(), flush=True)
     return 0
@@ -94,6 +95,8 @@ def _serve(args: argparse.Namespace) -> int:
     cfg = local_config(servers, topic_prefix=args.topic_prefix or "", spokes=args.spokes,
                        hubs=args.hubs, execution_mode=args.mode, connection=conn,
                        protocol_modules=tuple(args.protocol_module or ()),
+                       checkpoint_interval_ms=args.checkpoint_interval_ms,
+                       exactly_once_outputs=args.exactly_once_outputs,
                        max_batch_delay_ms=args.max_batch_delay_ms)
     session = Session(cfg, "omldm-serve")
     try:
@@ -353,6 +356,12 @@ def _parser() -> argparse.ArgumentParser:
                             "batched in Java for at most this many ms (default "
                             f"{JobConfig.max_batch_delay_ms}; 0: one record per crossing)")
 
+    def exactly_once(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--exactly-once-outputs", action="store_true",
+                       help="write predictions, responses and deadLetters in Kafka transactions "
+                            "committed at checkpoints (read them with isolation.level="
+                            "read_committed); needs --checkpoint-interval-ms")
+
     demo = command("demo", "run the Shuttle demo end to end on a local MiniCluster", _demo, False)
     demo.add_argument("--spokes", type=int, default=2, help="spoke parallelism (default 2)")
     demo.add_argument("--hubs", type=int, default=1, help="hub parallelism (default 1)")
@@ -366,6 +375,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true")
     demo.add_argument("--checkpoint-interval-ms", type=int, default=0,
                       help="checkpoint every N ms (default 0: off)")
+    exactly_once(demo)
     batching(demo)
 
     serve = command("serve", "run the job as a service on a local MiniCluster", _serve)
@@ -379,6 +389,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="seconds between per-pipeline progress lines")
     serve.add_argument("--protocol-module", action="append",
                        help="a module registering user protocols (repeatable)")
+    serve.add_argument("--checkpoint-interval-ms", type=int, default=0,
+                       help="checkpoint every N ms (default 0: off)")
+    exactly_once(serve)
     batching(serve)
 
     req = command("request", "send a request; --wait prints its response", _request)

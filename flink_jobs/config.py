@@ -97,6 +97,14 @@ class JobConfig:
     checkpoint_dir : str
         ``execution.checkpointing.dir`` (``file://``, ``s3://``, ``hdfs://`` ...); empty:
         the cluster's setting (a MiniCluster keeps checkpoints in memory).
+    exactly_once_outputs : bool
+        Write ``predictions``, ``responses`` and ``deadLetters`` in Kafka transactions
+        committed at checkpoints (Flink ``DeliveryGuarantee.EXACTLY_ONCE``), so that a
+        restored job does not repeat what it wrote after its last checkpoint; consumers
+        must read with ``isolation.level=read_committed`` and see each output only after
+        the next checkpoint completes (latency up to about one checkpoint interval,
+        docs/operations.md). Needs checkpointing (a ``ValueError`` at job build without
+        it). Off: at-least-once. ``psMessages`` is at-least-once either way.
     flink_options : tuple[tuple[str, str], ...]
         Further Flink configuration keys set on the job (e.g. metrics reporters).
     metrics : bool
@@ -134,6 +142,7 @@ class JobConfig:
     max_response_params: int = 10_000
     checkpoint_interval_ms: int = 10_000
     checkpoint_dir: str = ""
+    exactly_once_outputs: bool = False
     flink_options: tuple[tuple[str, str], ...] = ()
     metrics: bool = True
     topics: Topics = field(default_factory=Topics)

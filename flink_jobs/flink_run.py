@@ -40,7 +40,12 @@ def parser() -> argparse.ArgumentParser:
                    help="checkpoint interval in ms; 0 leaves it to the cluster's configuration")
     p.add_argument("--checkpoint-dir", default="",
                    help="execution.checkpointing.dir (file://, s3://, hdfs://); default: the cluster's")
-    p.add_argument("--job-name", default="omldm")
+    p.add_argument("--exactly-once-outputs", action="store_true",
+                   help="write predictions, responses and deadLetters in Kafka transactions "
+                        "committed at checkpoints (consumers read with isolation.level="
+                        "read_committed; needs checkpointing)")
+    p.add_argument("--job-name", default="omldm",
+                   help="also the prefix of the output transactions' ids: keep it across restores")
     p.add_argument("--group-id", default="omldm", help="Kafka consumer group id of the sources")
     p.add_argument("--startup-mode", choices=("earliest-offset", "latest-offset"),
                    default="earliest-offset", help="where the sources start without a checkpoint")
@@ -73,7 +78,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
     prefix = args.topic_prefix or ""
     return JobConfig(bootstrap_servers=conn.bootstrap_servers, spokes=args.spokes, hubs=args.hubs,
                      execution_mode=args.mode, checkpoint_interval_ms=args.checkpoint_interval_ms,
-                     checkpoint_dir=args.checkpoint_dir, group_id=args.group_id,
+                     checkpoint_dir=args.checkpoint_dir,
+                     exactly_once_outputs=args.exactly_once_outputs, group_id=args.group_id,
                      startup_mode=args.startup_mode, connection=conn,
                      topics=Topics(**{f: prefix + v for f, v in Topics().__dict__.items()}),
                      protocol_modules=tuple(args.protocol_module), metrics=args.metrics,
@@ -88,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     cfg = config_from_args(args)
     env = create_environment(cfg, local=False)
-    build_job(env, cfg)
+    build_job(env, cfg, args.job_name)
     env.execute(args.job_name)
 
 

@@ -93,12 +93,51 @@ def _kafka_bytes_source(cfg: JobConfig, topic: str, max_fetch_bytes: int | None 
     return builder.build()
 
 
-def _kafka_sink(cfg: JobConfig, topic: str, schema) -> KafkaSink:
+#: ``transaction.timeout.ms`` of the exactly-once sinks (milliseconds): below Kafka's default
+#: broker maximum (``transaction.max.timeout.ms``, 900,000); a transaction left open longer
+#: (a job down that long before its restore) is aborted by the broker and its records lost.
+TRANSACTION_TIMEOUT_MS = 600_000
+
+
+def _check_exactly_once(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
+    """Exactly-once sinks commit their transactions when a checkpoint completes: without
+    checkpoints nothing would ever become visible to a ``read_committed`` reader.
+
+    Raises
+    ------
+    ValueError
+        With ``exactly_once_outputs`` on and checkpointing off, or a checkpoint interval
+        not below :data:`TRANSACTION_TIMEOUT_MS`.
+    """
+    if not cfg.exactly_once_outputs:
+        return
+    if not env.get_checkpoint_config().is_checkpointing_enabled():
+        raise ValueError(
+            f"exactly_once_outputs needs checkpointing (output transactions commit only at "
+            f"checkpoints): set checkpoint_interval_ms > 0 (--checkpoint-interval-ms), got "
+            f"{cfg.checkpoint_interval_ms}")
+    if env.get_checkpoint_interval() >= TRANSACTION_TIMEOUT_MS:
+        raise ValueError(f"checkpoint_interval_ms must be < {TRANSACTION_TIMEOUT_MS} (the output "
+                         f"transactions' timeout) with exactly_once_outputs, got "
+                         f"{env.get_checkpoint_interval()}")
+
+
+def _kafka_sink(cfg: JobConfig, topic: str, schema, exactly_once: bool = False,
+                job_name: str = "omldm") -> KafkaSink:
+    """A sink writing ``schema``-serialized values to ``topic``: at-least-once, or with
+    ``exactly_once`` in Kafka transactions committed at checkpoints, whose ids start with
+    ``{job_name}-{topic}`` (unique per job and sink, the same after a restore, so that the
+    restored job finds and aborts the transactions its predecessor left open)."""
     builder = (KafkaSink.builder().set_bootstrap_servers(cfg.bootstrap_servers)
                .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
                                       .set_value_serialization_schema(schema).build())
-               .set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE)
                .set_property("linger.ms", "1"))
+    if exactly_once:
+        builder = (builder.set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+                   .set_transactional_id_prefix(f"{job_name}-{topic}")
+                   .set_property("transaction.timeout.ms", str(TRANSACTION_TIMEOUT_MS)))
+    else:
+        builder = builder.set_delivery_guarantee(DeliveryGuarantee.AT_LEAST_ONCE)
     for key, value in cfg.connection.java_properties().items():
         builder = builder.set_property(key, value)
     return builder.build()
@@ -136,8 +175,18 @@ class _ToSpokes:
                 yield Row(key, data)
 
 
-def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
-    """Add the omldm topology to ``env`` (run it with ``env.execute``/``execute_async``)."""
+def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "omldm") -> None:
+    """Add the omldm topology to ``env`` (run it with ``env.execute``/``execute_async``).
+
+    ``job_name`` (the name given to ``execute``) prefixes the transactional ids of the
+    exactly-once sinks (``cfg.exactly_once_outputs``); keep it across restores.
+
+    Raises
+    ------
+    ValueError
+        With ``cfg.exactly_once_outputs`` on and checkpointing off in ``env``.
+    """
+    _check_exactly_once(env, cfg)
     t = cfg.topics
     t_env = StreamTableEnvironment.create(env)
     table = f"omldm_data_{uuid.uuid4().hex[:8]}"
@@ -213,9 +262,14 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig) -> None:
                      output_type=bytes_type)
             .name("hubs").uid("hubs").set_parallelism(cfg.hubs))
 
-    spokes.sink_to(_kafka_sink(cfg, t.predictions, SimpleStringSchema())).name("predictions").uid("predictions-sink")
+    # outputs exactly-once on request; the feedback loop stays at-least-once (fast, and the
+    # middleware drops repeated envelopes)
+    def output(topic: str) -> KafkaSink:
+        return _kafka_sink(cfg, topic, SimpleStringSchema(), cfg.exactly_once_outputs, job_name)
+
+    spokes.sink_to(output(t.predictions)).name("predictions").uid("predictions-sink")
     hubs.sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-out").uid("psMessages-sink")
     (spokes.get_side_output(responses_tag).union(hubs.get_side_output(responses_tag))
-     .sink_to(_kafka_sink(cfg, t.responses, SimpleStringSchema())).name("responses").uid("responses-sink"))
+     .sink_to(output(t.responses)).name("responses").uid("responses-sink"))
     spokes.get_side_output(dead_tag).sink_to(
-        _kafka_sink(cfg, t.dead_letters, SimpleStringSchema())).name("deadLetters").uid("deadLetters-sink")
+        output(t.dead_letters)).name("deadLetters").uid("deadLetters-sink")

@@ -63,15 +63,32 @@ class TopicReader:
 
     ``poll()`` returns the values that arrived since the last call (bytes, or decoded
     JSON with ``json=True``); ``count`` is the number of records observed so far.
+    ``isolation_level="read_committed"`` reads only records of committed transactions
+    (the outputs of a job with ``exactly_once_outputs``), each once its transaction
+    commits; ``"read_uncommitted"`` (the default) reads everything as soon as it is written.
+
+    Raises
+    ------
+    ValueError
+        On another ``isolation_level``.
+    RuntimeError
+        When the topic does not appear within 10 s.
     """
 
+    ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
     def __init__(self, bootstrap_servers: str, topic: str, json: bool = True,
-                 from_end: bool = False, **client) -> None:
+                 from_end: bool = False, isolation_level: str = "read_uncommitted",
+                 **client) -> None:
+        if isolation_level not in self.ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be one of {self.ISOLATION_LEVELS}, "
+                             f"got {isolation_level!r}")
         self.topic = topic
         self.json = json
+        self.isolation_level = isolation_level
         self.count = 0
         self._c = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
-                                fetch_max_wait_ms=50, **client)
+                                fetch_max_wait_ms=50, isolation_level=isolation_level, **client)
         parts = None
         deadline = time.monotonic() + 10
         while not parts and time.monotonic() < deadline:

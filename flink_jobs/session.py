@@ -40,8 +40,9 @@ def local_config(bootstrap_servers: str, *, topic_prefix: str = "", **kw) -> Job
 
 class Session:
     """Starts the job (``execute_async`` on a local MiniCluster), owns a producer and
-    readers of ``responses``, ``predictions`` and ``deadLetters``; a context manager that
-    cancels the job on exit.
+    readers of ``responses``, ``predictions`` and ``deadLetters`` (``read_committed``
+    readers when ``cfg.exactly_once_outputs`` is on); a context manager that cancels the
+    job on exit.
 
     Parameters
     ----------
@@ -66,7 +67,7 @@ class Session:
         else:
             os.environ.pop("_python_worker_execution_mode", None)
         env = create_environment(self.cfg)
-        build_job(env, self.cfg)
+        build_job(env, self.cfg, self.job_name)
         self.client = env.execute_async(self.job_name)
         return self.connect()
 
@@ -77,11 +78,19 @@ class Session:
         client = self.cfg.connection.client_kwargs()
         create_topics(self.cfg.bootstrap_servers, t.all(), **client)
         self.producer = JsonProducer(self.cfg.bootstrap_servers, **client)
-        self.responses = TopicReader(self.cfg.bootstrap_servers, t.responses, **client)
-        self.predictions = TopicReader(self.cfg.bootstrap_servers, t.predictions, **client)
-        self.dead_letters = TopicReader(self.cfg.bootstrap_servers, t.dead_letters, **client)
+        self.responses = self._reader(t.responses)
+        self.predictions = self._reader(t.predictions)
+        self.dead_letters = self._reader(t.dead_letters)
         self._pending: list[dict] = []
         return self
+
+    def _reader(self, topic: str) -> TopicReader:
+        """A reader of one of the job's outputs: ``read_committed`` when they are written
+        in transactions (``cfg.exactly_once_outputs``)."""
+        return TopicReader(self.cfg.bootstrap_servers, topic,
+                           isolation_level=("read_committed" if self.cfg.exactly_once_outputs
+                                            else "read_uncommitted"),
+                           **self.cfg.connection.client_kwargs())
 
     # -- requests ------------------------------------------------------------------------
     def send_request(self, req: dict | bytes) -> Any:
@@ -266,8 +275,7 @@ class Session:
         """
         self._collect_predictions()
         before = sum(len(v) for v in self._preds.values())
-        fresh = TopicReader(self.cfg.bootstrap_servers, self.cfg.topics.predictions,
-                            **self.cfg.connection.client_kwargs())
+        fresh = self._reader(self.cfg.topics.predictions)
         try:
             for p in fresh.drain(idle_ms=500):
                 self._preds.setdefault(p["pipeline"], {})[p["id"]] = p["prediction"]
