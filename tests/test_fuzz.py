@@ -96,7 +96,7 @@ FEATURE_FUZZ = [
     ("features empty", rec([]), "P"),
     ("feature null", rec([None] + [1.0] * (D - 1)), "P"),
     ("feature string", rec(["1"] * D), "P"),
-    ("feature bool", rec([True] * D), "P"),
+    ("feature array", rec([1.0, [2.0]] + [1.0] * (D - 2)), "P"),
     ("feature object", rec([{}] + [1.0] * (D - 1)), "P"),
     ("1e308", rec([1e308] + [1.0] * (D - 1)), "P"),
     ("-1e308", rec([-1e308] + [1.0] * (D - 1)), "P"),

@@ -38,7 +38,7 @@ class DeadWire(Wire):
 @pytest.mark.parametrize("features,label,labelled,code", [
     ("abc", 1, True, "features_type"), ({"a": 1}, 1, True, "features_type"),
     (None, 1, True, "features_type"), ([1, "2"], 1, True, "feature_type"),
-    ([1, None], 1, True, "feature_type"), ([1, True], 1, True, "feature_type"),
+    ([1, None], 1, True, "feature_type"), ([1, {}], 1, True, "feature_type"),
     ([[1, 2]], 1, True, "feature_type"), ([1e308], 1, True, "feature_range"),
     ([-1e151], 1, True, "feature_range"), ([1.0], None, True, "label_missing"),
     ([1.0], {"a": 1}, True, "label_type"), ([1.0], [1], True, "label_type"),
@@ -52,6 +52,12 @@ def test_a_record_that_is_not_one_is_refused_with_its_reason(features, label, la
 
 def test_signatures_and_checks():
     assert inspect_record([1, -0.0, 2.5], 3, True) == (3, "int")
+    assert inspect_record([True, False, 2], "a", True) == (3, "string")  # bools are 1 and 0
+    assert inspect_record([9e149] * 9, 1, True) == (9, "int")  # hypot above the bound, each below
+    for bad in ([float("nan"), 1.0], [1.0, float("inf")], [10 ** 400]):  # not from JSON
+        with pytest.raises(RecordRejected) as e:
+            inspect_record(bad, 1, True)
+        assert e.value.code == "feature_range"
     assert inspect_record([], None, False) == (0, None)
     assert inspect_record([1.0], {"ignored": "unlabelled"}, False) == (1, None)
     declared = Layout(18, "int", [0, 1], "declared")

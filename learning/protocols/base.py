@@ -156,16 +156,26 @@ class PipelineSpoke(Node):
         signature (:mod:`learning.layout`); it is taken, in order, once hub 0 decides.
         """
         label = rec.get("label")
+        features = rec["features"]
+        layout = self.layout
         try:
-            width, kind = inspect_record(rec["features"], label, train and self._supervised)
-            if self.layout.pending:
+            width, kind = inspect_record(features, label, train and self._supervised)
+            if layout.pending:
                 self._hold(train, rec, width, kind)
                 return
-            self.layout.check(width, kind, label)
+            if width != layout.n_features or (kind is not None and (
+                    kind != layout.label_type or layout.classes is not None)):
+                layout.check(width, kind, label)  # the common case needs no call
         except RecordRejected as exc:
             self.refuse(rec, exc)
             return
-        self._take(train, rec)
+        if train:  # _take, inlined on the hot path
+            self._X.append(features)
+            self._y.append(label)
+            if len(self._X) >= self.mini_batch_size:
+                self.flush()
+        else:
+            self._take(False, rec)
 
     def _take(self, train: bool, rec: dict) -> None:
         if train:
