@@ -32,9 +32,13 @@ def _build_pipeline(request) -> Pipeline:
 
 
 LAYOUT_KEYS = ("n_features", "classes")
-#: A spoke holds at most this many times ``layoutQuorum`` records while its pipeline's
-#: layout is pending; beyond, the oldest is dead-lettered (``not_agreed``).
+#: While a pipeline's layout is pending, a spoke whose held records have no clear majority
+#: (the stream is ambiguous) holds at most this many times ``layoutQuorum`` records; beyond,
+#: the oldest is dead-lettered (``not_agreed``). With a clear majority hub 0's answer is only
+#: in flight (a round trip through Kafka, seconds at a job's start, thousands of records at
+#: full rate), and the bound is :data:`HELD_AT_MOST_PER_QUORUM` times ``layoutQuorum``.
 HELD_PER_QUORUM = 64
+HELD_AT_MOST_PER_QUORUM = 4096
 
 
 def dead_letter(rec: Any, exc: RecordRejected, pipeline: Any, spoke: int,
@@ -133,6 +137,8 @@ class PipelineSpoke(Node):
         # records held while the layout is pending: (training?, record, width, label kind)
         self._held: list[tuple[bool, dict, int, str | None]] = []
         self._votes: Counter = Counter()  # signatures of held records not yet told hub 0
+        self._held_by: Counter = Counter()  # signatures of the held records
+        self._vote_every = 0  # held records that make the next vote (set on attach)
         self.rejected_by: Counter = Counter()  # reason code -> records refused
         self._X: list[list[float]] = []
         self._y: list[Any] = []
@@ -206,16 +212,30 @@ class PipelineSpoke(Node):
     # -- layout agreement (learning.layout) ------------------------------------------------
     def _hold(self, train: bool, rec: dict, width: int, kind: str | None) -> None:
         self._held.append((train, rec, width, kind))
+        self._held_by[(width, kind)] += 1
         self._votes[(width, kind)] += 1
-        if len(self._held) > HELD_PER_QUORUM * self.quorum:  # bounded: the oldest goes
-            old = self._held.pop(0)[1]
+        held = len(self._held)
+        if held > HELD_PER_QUORUM * self.quorum and (
+                held > HELD_AT_MOST_PER_QUORUM * self.quorum or not self._clear_majority()):
+            # the stream itself is ambiguous (or hub 0 is unreachable for very long): bounded
+            _, old, w, k = self._held.pop(0)
+            self._held_by[(w, k)] -= 1
             self.refuse(old, RecordRejected(
-                f"no layout agreed after {len(self._held)} records held on this spoke (no "
-                f"width and label type has a strict majority): declare learner.parameters."
-                f"n_features", "not_agreed"))
-        if sum(self._votes.values()) >= -(-self.quorum // self.ctx.n_spokes):
+                f"no layout agreed after {held - 1} records held on this spoke (no width and "
+                f"label type has a strict majority): declare learner.parameters.n_features",
+                "not_agreed"))
+        if not self._vote_every:  # first vote: a quorum's share of this spoke
+            self._vote_every = -(-self.quorum // self.ctx.n_spokes)
+        if sum(self._votes.values()) >= self._vote_every:
             self.peers[0].vote(self.ctx.index, vote_list(self._votes))
             self._votes.clear()
+            self._vote_every *= 2  # a vote takes a round trip to be answered: few messages
+
+    def _clear_majority(self) -> bool:
+        """Whether this spoke's held records alone agree on a layout (a strict majority of
+        at least ``layoutQuorum``): then hub 0's answer is only in flight."""
+        (_, n), = self._held_by.most_common(1)
+        return n >= self.quorum and 2 * n > len(self._held)
 
     @remote(oneway=True)
     def agreed(self, layout: dict) -> None:
@@ -229,6 +249,7 @@ class PipelineSpoke(Node):
         self.layout = layout
         held, self._held = self._held, []
         self._votes.clear()
+        self._held_by.clear()
         for i, (train, rec, width, kind) in enumerate(held):
             if getattr(self.ctx, "pauses", 0):
                 self.ctx.backlog.extendleft(reversed([(t, r) for t, r, *_ in held[i:]]))
