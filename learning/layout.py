@@ -228,12 +228,10 @@ def declared_layout(learner_spec: dict, task: str, supervised: bool) -> Layout:
             n_features = int(part["n_features"])
         if classes is None and part.get("classes"):
             classes = list(part["classes"])
-    label_type = None
-    if not supervised:
-        label_type = None
-    elif task == "regression":
+    label_type = None  # unsupervised: labels are not read
+    if supervised and task == "regression":
         label_type = "number"
-    elif classes:
+    elif supervised and classes:
         kinds = {_SCALARS.get(type(c)) for c in classes}
         label_type = kinds.pop() if len(kinds) == 1 else None
     return Layout(n_features, label_type, classes if task == "classification" else None,
@@ -283,7 +281,7 @@ def vote_list(votes: Counter) -> list[list]:
 
 
 def vote_counter(rows: Iterable) -> Counter:
-    """The inverse of :func:`vote_list`, tolerant of garbage (a peer is trusted code)."""
+    """The inverse of :func:`vote_list` (votes come from spokes: trusted code)."""
     out: Counter = Counter()
     for w, k, n in rows:
         out[(int(w), k)] += int(n)

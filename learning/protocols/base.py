@@ -337,14 +337,10 @@ class PipelineSpoke(Node):
         """Fit the buffered (possibly partial) mini-batch, test-then-train."""
         if not self._X:
             return
-        try:
-            X = np.asarray(self._X, dtype=np.float64)
-        except (TypeError, ValueError):
-            X = self._salvage()
+        # every buffered record passed inspect_record and the layout: one width, numbers
+        X = np.asarray(self._X, dtype=np.float64)
         y = self._y
         self._X, self._y = [], []
-        if len(X) == 0:
-            return
         try:
             _, n_correct, loss = self.pipeline.test_then_train(X, y)
         except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
@@ -360,17 +356,6 @@ class PipelineSpoke(Node):
         self.loss_sum += float(loss)
         self.batches += 1
         self.on_batch_fitted(len(X))
-
-    def _salvage(self) -> np.ndarray:
-        keep_X, keep_y = [], []
-        for x, y in zip(self._X, self._y):
-            try:
-                keep_X.append(np.asarray(x, dtype=np.float64))
-                keep_y.append(y)
-            except (TypeError, ValueError):
-                self.rejected += 1
-        self._y = keep_y
-        return np.stack(keep_X) if keep_X else np.empty((0, self.n_features or 0))
 
     def on_batch_fitted(self, n_records: int) -> None:
         """Protocol hook: a mini-batch of ``n_records`` was just fitted."""
