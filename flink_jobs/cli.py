@@ -284,14 +284,14 @@ def _topics_cmd(args: argparse.Namespace) -> int:
 
 def _show(value: bytes) -> str:
     from middleware import codec
-    from operators.feedback import is_frame, unframe
 
     prefix = ""
-    if is_frame(value):  # hub→spoke on psMessages: incarnation frame + envelope
-        (inc, _prev, base, network, hub, spoke, nonce), value = unframe(value)
-        prefix = f"[hub {hub} incarnation {inc:x} base {base}] "
+    if codec.is_frame(value):  # hub→spoke on psMessages: incarnation frame + envelope
+        head, value = codec.unframe(value)
+        prefix = f"[hub {head.hub} incarnation {head.incarnation:x} base {head.base}] "
         if not value:
-            return f"{prefix}resync answer network={network} → spoke {spoke} nonce={nonce:x}"
+            return (f"{prefix}resync answer network={head.network} → spoke {head.spoke} "
+                    f"nonce={head.nonce:x}")
     if codec.is_envelope(value):
         try:
             e = codec.decode(value)

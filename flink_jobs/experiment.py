@@ -263,9 +263,11 @@ def _row(dataset: str, protocol: str, variant: str | None, final: dict, seconds:
 # -- in-process kernel ------------------------------------------------------------------
 def run_local(dataset: str, protocol: str, variant: str | None, extra: dict, *, spokes: int = 4,
               every: int = 5, limit: int | None = None, points: int = 40, seed: int = 0) -> dict:
-    """One run on :class:`operators.local.LocalNetwork`: each record goes to a spoke drawn
-    at random (``seed``), as the Flink job draws it (``RAND_INTEGER``), messages are
-    delivered after each record, Queries at the end until every record is counted.
+    """One run on :class:`operators.local.LocalNetwork` (the job's own kernels, in process):
+    the Create request and the records as the job gets them (JSON; every record to a
+    spoke drawn at random, ``seed``, as the Flink job draws it with ``RAND_INTEGER``),
+    messages delivered after each record, Queries at the end until every record is
+    counted.
 
     Random shares matter: with round-robin shares the dynamic protocols came within
     0.004-0.007 of BSP's accuracy on digits at settings that, with random shares (and on
@@ -294,26 +296,28 @@ def run_local(dataset: str, protocol: str, variant: str | None, extra: dict, *, 
         One row (the keys of the module docstring), ``"kernel": "local"``; ``seconds``
         is wall time in seconds from the first record to the last Query.
     """
-    from learning.protocols import make_hub, make_spoke
-    from learning.requests import parse_request
     from operators.local import LocalNetwork
 
     X, y = load(dataset)
     if limit:
         X, y = X[:limit], y[:limit]
     request = create_request(dataset, protocol, variant, extra)
-    req = parse_request(request)
-    net = LocalNetwork([make_spoke(req) for _ in range(spokes)], [make_hub(req)], network=req.id)
+    pid = request["id"]
+    # the job's spoke and hub kernels; records and requests as the job gets them
+    net = LocalNetwork(n_spokes=spokes, n_hubs=1, network=pid)
+    net.request(request)
+    created = net.outputs["responses"][-1]
+    if created["status"] != "ok":
+        raise ValueError(f"Create refused: {created['error']}")
     feats, labels = X.tolist(), y.tolist()
     curve, step = [], max(1, len(X) // points)
     t0 = time.perf_counter()
     shares = np.random.default_rng(seed).integers(0, spokes, len(X)).tolist()
     for i in range(len(X)):
-        s = net.spokes[shares[i]]
         if every and i % every == every - 1:
-            net.feed(shares[i], lambda s=s, i=i: s.on_predict(feats[i]))
+            net.records(shares[i], [(False, {"id": i, "features": feats[i]})])
         else:
-            net.feed(shares[i], lambda s=s, i=i: s.on_train(feats[i], labels[i]))
+            net.records(shares[i], [(True, {"id": i, "features": feats[i], "label": labels[i]})])
         net.run()
         if i % step == step - 1:
             fitted = sum(sp.fitted for sp in net.spokes)
@@ -321,9 +325,7 @@ def run_local(dataset: str, protocol: str, variant: str | None, extra: dict, *, 
                 curve.append([fitted, sum(sp.loss_sum for sp in net.spokes) / fitted])
 
     def query() -> dict:
-        for s in net.spokes:
-            s.on_query("final")
-        net.run()
+        net.request({"id": pid, "request": "Query", "requestId": "final"})
         return net.outputs["responses"][-1]
 
     # a Query closes a synchronous round that a spoke without records left open; the

@@ -38,7 +38,8 @@ from pyflink.table import StreamTableEnvironment
 
 from flink_jobs.config import JobConfig
 from middleware import codec
-from operators.feedback import FRAME, is_frame
+from middleware.codec import Wire
+from middleware.errors import CodecError
 from operators.hub import HubFunction
 from operators.routing import MAX_PARALLELISM, hub_keys
 from operators.spoke import SpokeFunction
@@ -161,14 +162,15 @@ class _ToSpokes:
 
     def __call__(self, data):
         data = bytes(data)
-        if is_frame(data):  # hub→spoke, framed (operators.feedback)
-            dst = FRAME.unpack_from(data)[6]
-            yield Row(self.spoke_keys[dst if 0 <= dst < len(self.spoke_keys) else 0], data)
-        elif codec.is_envelope(data):
-            try:
-                dst = codec.peek(data)[4]
-            except Exception:
-                dst = 0
+        kind = codec.wire_kind(data)
+        if kind is Wire.FRAME or kind is Wire.ENVELOPE:  # hub→spoke, framed (operators.feedback)
+            if kind is Wire.FRAME:
+                dst = codec.frame_destination(data)
+            else:
+                try:
+                    dst = codec.peek(data).dst_index
+                except CodecError:
+                    dst = 0
             yield Row(self.spoke_keys[dst if 0 <= dst < len(self.spoke_keys) else 0], data)
         else:
             for key in self.spoke_keys:

@@ -1,7 +1,8 @@
 """Exceptions of the ML library.
 
 :class:`LearningError` is the root of every error :mod:`learning` raises; it derives from
-:class:`middleware.errors.OmldmError` (omldm's single root) when the middleware is present.
+:class:`middleware.errors.OmldmError`, omldm's single root (learning may import the
+middleware: DESIGN.md, layers).
 """
 
 from __future__ import annotations
@@ -10,16 +11,13 @@ import math
 import numbers
 from typing import Any
 
-try:  # one root for all of omldm; learning may import the middleware (DESIGN.md, layers)
-    from middleware.errors import OmldmError as _Root
-except ImportError:  # pragma: no cover - the middleware package is written in parallel
-    _Root = Exception
+from middleware.errors import OmldmError
 
 __all__ = ["LearningError", "HyperparameterError", "ParameterError", "RequestError",
            "check_real", "check_choice", "check_bool", "check_hyperparameters"]
 
 
-class LearningError(_Root):
+class LearningError(OmldmError):
     """Root of all errors raised by :mod:`learning`."""
 
 

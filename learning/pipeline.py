@@ -134,22 +134,15 @@ class Pipeline:
         return Pipeline([p.clone() for p in self.preprocessors], self.learner.clone())
 
     def to_json(self) -> dict:
-        """``{"preProcessors": [...], "learner": {...}}`` with all state, JSON-safe."""
+        """``{"preProcessors": [...], "learner": {...}}`` with all state, JSON-safe.
+
+        :func:`learning.registry.make_pipeline` rebuilds the pipeline from it (names are
+        resolved there, so that this module knows no concrete class)::
+
+            make_pipeline(d["preProcessors"], d["learner"])
+        """
         return {"preProcessors": [p.to_json() for p in self.preprocessors],
                 "learner": self.learner.to_json()}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "Pipeline":
-        """Rebuild from :meth:`to_json` output (names resolved by :mod:`learning.registry`).
-
-        Raises
-        ------
-        learning.errors.RequestError
-            For an unknown name or a rejected (hyper)parameter.
-        """
-        from learning.registry import make_pipeline
-
-        return make_pipeline(d.get("preProcessors") or [], d["learner"])
 
     def __repr__(self) -> str:
         return f"Pipeline({self.preprocessors!r}, {self.learner!r})"

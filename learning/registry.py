@@ -27,6 +27,7 @@ from learning.learners.pa_regressor import PARegressor
 from learning.learners.passive_aggressive import PAClassifier
 from learning.learners.ridge import OnlineRidge
 from learning.learners.svm import OnlineSVM
+from learning.pipeline import Pipeline
 from learning.preprocessors.base import Preprocessor
 from learning.preprocessors.polynomial import PolynomialFeatures
 from learning.preprocessors.scalers import MinMaxScaler, StandardScaler
@@ -143,16 +144,23 @@ def make_preprocessor(spec: dict, index: int = 0) -> Preprocessor:
                   "preprocessor")
 
 
-def make_pipeline(pre_processors: list[dict] | None, learner: dict):
-    """Build a :class:`~learning.pipeline.Pipeline` from request specs.
+def make_pipeline(pre_processors: list[dict] | None, learner: dict) -> Pipeline:
+    """Build a :class:`~learning.pipeline.Pipeline` from request specs: the one builder,
+    for a Create request's ``preProcessors`` and ``learner`` as for the output of
+    :meth:`Pipeline.to_json <learning.pipeline.Pipeline.to_json>` (learned state included).
+
+    Parameters
+    ----------
+    pre_processors : list of dict or None
+        Preprocessor specs, in order (None: none).
+    learner : dict
+        The learner spec.
 
     Raises
     ------
     learning.errors.RequestError
         As :func:`make_learner` and :func:`make_preprocessor`.
     """
-    from learning.pipeline import Pipeline
-
     pres = [make_preprocessor(spec, i) for i, spec in enumerate(pre_processors or [])]
     return Pipeline(pres, make_learner(learner))
 

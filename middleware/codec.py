@@ -1,6 +1,20 @@
-"""The only place where envelopes become bytes and back (no pickle, ever).
+"""The only place where messages become bytes and back (no pickle, ever).
 
-Wire format, little-endian::
+Four kinds of bytes travel between the job's operators; the first byte tells them apart
+(:func:`wire_kind`), and only this module reads or writes their headers:
+
+========  =========================  =====================================================
+first     kind                       what
+========  =========================  =====================================================
+``0xFF``  envelope (:func:`encode`)  a node's message (papers/002 §3.2.1), below
+``0xFE``  frame (:func:`frame`)      a hub→spoke envelope on ``psMessages`` with its hub's
+                                     incarnation (:mod:`operators.feedback`)
+``0xFD``  control (:func:`control`)  a kernel's bookkeeping, spoke→hub: pipeline
+                                     lifecycle, acknowledgements, resync (JSON object)
+other     request                    a user's JSON control request (``requests`` topic)
+========  =========================  =====================================================
+
+Envelope wire format, little-endian::
 
     magic 0xFF | version u8 | network u32 | src_side u8 | src_index u16 | dst_side u8 |
     dst_index u16 | seq u64 | call_id u64 | kind u8 | method_len u16 | meta_len u32 |
@@ -30,9 +44,10 @@ The sender may choose a cheaper form per array:
 
 from __future__ import annotations
 
+import enum
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -40,11 +55,66 @@ import orjson
 from middleware.envelope import Envelope, Kind
 from middleware.errors import CodecError
 
-__all__ = ["MAGIC", "HEADER", "Sparse", "Float32", "encode", "decode", "peek", "is_envelope"]
+__all__ = ["MAGIC", "FRAME_MAGIC", "CONTROL_MAGIC", "HEADER", "FRAME", "Wire", "wire_kind", "Sparse", "Float32",
+           "encode", "decode", "peek", "header", "Route", "Header", "is_envelope",
+           "Frame", "frame", "unframe", "is_frame", "frame_destination", "control",
+           "read_control"]
 
 MAGIC = 0xFF
+FRAME_MAGIC = 0xFE
+CONTROL_MAGIC = 0xFD
 VERSION = 1
 HEADER = struct.Struct("<BBIBHBHQQBHI")
+FRAME = struct.Struct("<BqqIiHHq")
+
+
+class Wire(enum.Enum):
+    """What a message's bytes are (:func:`wire_kind`)."""
+
+    ENVELOPE = MAGIC
+    FRAME = FRAME_MAGIC
+    CONTROL = CONTROL_MAGIC
+    REQUEST = 0  # anything else: a user's JSON request, or garbage
+
+
+def wire_kind(data: bytes) -> Wire:
+    """The kind of ``data`` by its first byte (0xFF/0xFE/0xFD never start valid UTF-8,
+    so a JSON request is never mistaken for the others)."""
+    first = data[0] if data else 0
+    if first == MAGIC:
+        return Wire.ENVELOPE
+    if first == FRAME_MAGIC:
+        return Wire.FRAME
+    if first == CONTROL_MAGIC:
+        return Wire.CONTROL
+    return Wire.REQUEST
+
+
+class Route(NamedTuple):
+    """Where an envelope goes (:func:`peek`)."""
+
+    network: int
+    src_side: int
+    src_index: int
+    dst_side: int
+    dst_index: int
+
+
+class Header(NamedTuple):
+    """An envelope's whole header (:func:`header`): route, channel sequence number, call
+    id, kind (an int of :class:`~middleware.envelope.Kind`), method and meta lengths
+    (bytes)."""
+
+    network: int
+    src_side: int
+    src_index: int
+    dst_side: int
+    dst_index: int
+    seq: int
+    call_id: int
+    kind: int
+    method_len: int
+    meta_len: int
 _ND = "__nd__"
 _SP = "__sp__"
 _KINDS = "biuf"
@@ -167,8 +237,21 @@ def encode(env: Envelope) -> bytes:
     return b"".join((head, method, meta, *blobs))
 
 
-def peek(data: bytes) -> tuple[int, int, int, int, int]:
-    """``(network, src_side, src_index, dst_side, dst_index)`` from the header alone.
+def header(data: bytes) -> Header:
+    """The envelope's header, read without decoding the payload.
+
+    Raises
+    ------
+    CodecError
+        When ``data`` is not an envelope.
+    """
+    if len(data) < HEADER.size or data[0] != MAGIC:
+        raise CodecError(f"not an envelope ({len(data)} bytes)")
+    return Header._make(HEADER.unpack_from(data)[2:])
+
+
+def peek(data: bytes) -> Route:
+    """``Route(network, src_side, src_index, dst_side, dst_index)`` from the header alone.
 
     Raises
     ------
@@ -178,7 +261,7 @@ def peek(data: bytes) -> tuple[int, int, int, int, int]:
     if len(data) < HEADER.size or data[0] != MAGIC:
         raise CodecError(f"not an envelope ({len(data)} bytes)")
     _, _, network, ss, si, ds, di, *_ = HEADER.unpack_from(data)
-    return network, ss, si, ds, di
+    return Route(network, ss, si, ds, di)
 
 
 def decode(data: bytes) -> Envelope:
@@ -206,3 +289,74 @@ def decode(data: bytes) -> Envelope:
         return Envelope(network, ss, si, ds, di, seq, call_id, method, Kind(kind), payload)
     except (UnicodeDecodeError, orjson.JSONDecodeError, ValueError) as exc:
         raise CodecError(f"malformed envelope: {exc}") from exc
+
+
+# -- frames: hub→spoke envelopes on psMessages (operators.feedback) ------------------------
+
+class Frame(NamedTuple):
+    """A frame's header (37 bytes, ``<BqqIiHHq`` after the magic 0xFE): the sending hub
+    kernel's incarnation, the incarnation it restored from (``prev``, 0: none), the
+    channel's ``base`` (the sequence number the restored hub resumed at), the route, and
+    the ``nonce`` of the resync it answers (0: none). See :mod:`operators.feedback`."""
+
+    incarnation: int
+    prev: int
+    base: int
+    network: int
+    hub: int
+    spoke: int
+    nonce: int
+
+
+def frame(inc: int, prev: int, base: int, network: int, hub: int, spoke: int,
+          body: bytes = b"", nonce: int = 0) -> bytes:
+    """A framed hub→spoke record (``body``: envelope bytes, empty for a resync answer)."""
+    return FRAME.pack(FRAME_MAGIC, inc, prev, base, network, hub, spoke, nonce) + body
+
+
+def is_frame(data: bytes) -> bool:
+    return len(data) >= FRAME.size and data[0] == FRAME_MAGIC
+
+
+def unframe(data: bytes) -> tuple[Frame, bytes]:
+    """``(Frame, body)``.
+
+    Raises
+    ------
+    CodecError
+        When ``data`` is not a frame.
+    """
+    if not is_frame(data):
+        raise CodecError(f"not a feedback frame ({len(data)} bytes)")
+    return Frame._make(FRAME.unpack_from(data)[1:]), data[FRAME.size:]
+
+
+def frame_destination(data: bytes) -> int:
+    """The spoke index a frame goes to (-1 when ``data`` is not a frame)."""
+    return FRAME.unpack_from(data)[6] if is_frame(data) else -1
+
+
+# -- controls: a kernel's bookkeeping, spoke→hub -------------------------------------------
+
+def control(msg: dict) -> bytes:
+    """A kernel control message: ``0xFD`` then the JSON object ``msg`` (``{"op": ...}``)."""
+    return b"\xfd" + orjson.dumps(msg)
+
+
+def read_control(data: bytes) -> dict:
+    """The JSON object of a control message.
+
+    Raises
+    ------
+    CodecError
+        When ``data`` is not a control message, or its JSON is not an object with ``op``.
+    """
+    if not data or data[0] != CONTROL_MAGIC:
+        raise CodecError(f"not a control message ({len(data)} bytes)")
+    try:
+        msg = orjson.loads(memoryview(data)[1:])
+    except orjson.JSONDecodeError as exc:
+        raise CodecError(f"malformed control message: {exc}") from exc
+    if not isinstance(msg, dict) or "op" not in msg:
+        raise CodecError("a control message is a JSON object with 'op'")
+    return msg

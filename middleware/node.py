@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 
 class NetworkContext(Protocol):
-    """What a kernel gives each node (papers/002 §3.2.1).
+    """What a kernel gives each node (papers/002 §3.2.1): everything a node may use of it.
 
     Attributes
     ----------
@@ -54,6 +54,16 @@ class NetworkContext(Protocol):
         This node's index within its side.
     n_spokes, n_hubs : int
         Network size.
+    max_message_bytes : int
+        Envelopes larger than this (bytes) travel as fragments
+        (:data:`DEFAULT_MAX_MESSAGE_BYTES` unless the service says otherwise).
+    max_response_params : int
+        Models with more parameters are summarized in a Query's answer.
+    pauses : int
+        Calls this node's stream waits on (``then_sync``); always 0 on hubs.
+    backlog : collections.abc.Sized
+        Stream records held while the stream is paused, in order (a deque of
+        ``(training?, record)`` on spokes, empty on hubs).
     """
 
     network: int
@@ -61,15 +71,25 @@ class NetworkContext(Protocol):
     index: int
     n_spokes: int
     n_hubs: int
+    max_message_bytes: int
+    max_response_params: int
+    pauses: int
+    backlog: Any
 
     def send(self, dst_index: int, data: bytes) -> None:
-        """Ship encoded envelope bytes to node ``dst_index`` of the other side."""
+        """Ship encoded envelope bytes to node ``dst_index`` of the other side.
+
+        Raises ``ValueError`` when there is no such node."""
 
     def pause_stream(self) -> None:
         """Stop feeding stream records to this (spoke) node; buffer them in order."""
 
     def resume_stream(self) -> None:
         """Feed the buffered records, then the live stream again."""
+
+    def emit(self, stream: str | None, value: dict) -> None:
+        """Send ``value`` (JSON-like) to one of the job's outputs: ``None`` (predictions),
+        ``"responses"`` or ``"deadLetters"``."""
 
 
 class NodeStats:
@@ -79,6 +99,9 @@ class NodeStats:
     ----------
     sent_messages, sent_bytes, received_messages, received_bytes : collections.Counter
         Keyed by kind name (``"ONEWAY"``, ``"REQUEST"``, ``"RESPONSE"``, ``"ERROR"``).
+    sent_by_method, sent_bytes_by_method : collections.Counter
+        Envelopes and bytes sent per remote method (answers count under the method they
+        answer; fragments under the method of the envelope they carry).
     duplicates : int
         Envelopes dropped as already delivered.
     """
@@ -86,6 +109,8 @@ class NodeStats:
     def __init__(self) -> None:
         self.sent_messages: Counter = Counter()
         self.sent_bytes: Counter = Counter()
+        self.sent_by_method: Counter = Counter()
+        self.sent_bytes_by_method: Counter = Counter()
         self.received_messages: Counter = Counter()
         self.received_bytes: Counter = Counter()
         self.duplicates = 0
@@ -145,6 +170,15 @@ class Node:
     def n_peers(self) -> int:
         return len(self.peers)
 
+    def expected_from(self, src: int) -> int:
+        """The sequence number this node waits for next on the channel from node ``src``
+        of the other side: everything numbered below it was delivered."""
+        return self._inbox.expected(src)
+
+    def next_seq_to(self, dst: int) -> int:
+        """The sequence number the next envelope to node ``dst`` will carry."""
+        return self._outbox.peek(dst)
+
     def deliver(self, data: bytes) -> None:
         """Take one encoded envelope from the kernel; dispatch it and any it unblocks.
 
@@ -172,21 +206,15 @@ class Node:
             raise first_error
 
     # -- sending -------------------------------------------------------------------------
-    @property
-    def max_message_bytes(self) -> int:
-        """Envelopes larger than this (bytes) travel as fragments; the kernel may set
-        ``ctx.max_message_bytes``; default :data:`DEFAULT_MAX_MESSAGE_BYTES`."""
-        return getattr(self.ctx, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)
-
     def _send(self, dst: int, kind: Kind, method: str, call_id: int, payload: Any) -> None:
         ctx = self.ctx
         env = Envelope(ctx.network, ctx.side, ctx.index, HUB if ctx.side == SPOKE else SPOKE,
                        dst, self._outbox.peek(dst), call_id, method, kind, payload)
         data = codec.encode(env)  # may raise CodecError: take the sequence number only after
-        limit = self.max_message_bytes
+        limit = ctx.max_message_bytes
         if len(data) <= limit:
             self._outbox.next_seq(dst)
-            self._ship(dst, kind, data)
+            self._ship(dst, kind, method, data)
             return
         # fragments take consecutive sequence numbers on the channel, so the receiver's
         # FIFO reordering and de-duplication put them back in order before reassembly
@@ -197,11 +225,14 @@ class Node:
             frag = Envelope(ctx.network, ctx.side, ctx.index, env.dst_side, dst,
                             self._outbox.next_seq(dst), call_id, method, Kind.FRAGMENT,
                             [i, len(pieces), piece])
-            self._ship(dst, Kind.FRAGMENT, codec.encode(frag))
+            self._ship(dst, Kind.FRAGMENT, method, codec.encode(frag))
 
-    def _ship(self, dst: int, kind: Kind, data: bytes) -> None:
-        self.stats.sent_messages[kind.name] += 1
-        self.stats.sent_bytes[kind.name] += len(data)
+    def _ship(self, dst: int, kind: Kind, method: str, data: bytes) -> None:
+        stats = self.stats
+        stats.sent_messages[kind.name] += 1
+        stats.sent_bytes[kind.name] += len(data)
+        stats.sent_by_method[method] += 1
+        stats.sent_bytes_by_method[method] += len(data)
         self.ctx.send(dst, data)
 
     def _reassemble(self, env: Envelope) -> Envelope | None:

@@ -1,9 +1,22 @@
-"""Kernels that host middleware nodes: the Flink operators (``spoke.py``: a
-``CoProcessFunction`` over the connected data and message streams; ``hub.py``: a
-``KeyedProcessFunction`` keyed by hub id) and an in-process kernel for tests (``local.py``).
+"""Kernels that host middleware nodes, and their hosts (papers/002 §3.2).
 
-Operators hold no ML logic: they translate Flink callbacks into node calls and node sends
-into Flink outputs (papers/002 §3.2).
+========================  ==============================================================
+module                    what
+========================  ==============================================================
+``spoke_kernel.py``       :class:`SpokeKernel`: a spoke subtask's pipelines, records,
+                          backlogs, requests (plain Python, no Flink)
+``hub_kernel.py``         :class:`HubKernel`: a hub's pipelines, lifecycle, resend window
+``feedback.py``           incarnations of the Kafka feedback loop across restores
+``service.py``            service policy: limits, size checks, error responses
+``spoke.py``, ``hub.py``  the Flink hosts: a ``KeyedCoProcessFunction`` over (data,
+                          messages) keyed by spoke, a ``KeyedProcessFunction`` keyed by hub
+``local.py``              the in-process host: the same kernels over an in-memory transport
+``routing.py``            Flink keys and subtasks; ``metrics.py``: Flink metrics;
+                          ``snapshot.py``: kernels in keyed state
+========================  ==============================================================
+
+Kernels hold no ML logic: they hand records and messages to nodes and carry what nodes
+send; hosts hold no logic but translating their runtime's callbacks into kernel calls.
 """
 
 __all__ = []

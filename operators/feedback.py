@@ -19,24 +19,23 @@ messages that are valid, in order, drops the dead ones, and goes on. Kafka keeps
 channel's records in order (one partition per destination), so every message of an older
 incarnation precedes the answer.
 
-The frame is 37 bytes: ``<BqqIiHHq``: magic ``0xFE``, incarnation, prev (0: none), base,
-network, hub index, spoke index, nonce (0 unless it answers a resync); then the envelope
-bytes, or nothing for a resync answer.
+The frame's wire format is :func:`middleware.codec.frame` (37 bytes of header: incarnation,
+prev, base, network, hub index, spoke index, nonce; then the envelope bytes, or nothing for
+a resync answer).
+
+A hub kernel keeps what it framed until the spoke acknowledges it (:class:`ResendWindow`)
+and sends again what stays unacknowledged too long: a record the topic holds but the job's
+source never delivered.
 """
 
 from __future__ import annotations
 
 import random
-import struct
 from dataclasses import dataclass, field
 
-from middleware.codec import HEADER
+from middleware import codec
 
-__all__ = ["MAGIC", "FRAME", "frame", "unframe", "is_frame", "new_incarnation", "SpokeChannels"]
-
-MAGIC = 0xFE
-FRAME = struct.Struct("<BqqIiHHq")
-_SEQ = 7  # index of the sequence number in middleware.codec.HEADER
+__all__ = ["new_incarnation", "SpokeChannels", "ResendWindow"]
 
 
 def new_incarnation() -> int:
@@ -44,32 +43,8 @@ def new_incarnation() -> int:
     return random.SystemRandom().randrange(1, 1 << 63)
 
 
-def frame(inc: int, prev: int, base: int, network: int, hub: int, spoke: int,
-          body: bytes = b"", nonce: int = 0) -> bytes:
-    """A framed hub→spoke record (``body``: envelope bytes, empty for a resync answer)."""
-    return FRAME.pack(MAGIC, inc, prev, base, network, hub, spoke, nonce) + body
-
-
-def is_frame(data: bytes) -> bool:
-    return len(data) >= FRAME.size and data[0] == MAGIC
-
-
-def unframe(data: bytes) -> tuple[tuple[int, int, int, int, int, int, int], bytes]:
-    """``((inc, prev, base, network, hub, spoke, nonce), body)``.
-
-    Raises
-    ------
-    ValueError
-        When ``data`` is not a frame.
-    """
-    if not is_frame(data):
-        raise ValueError(f"not a feedback frame ({len(data)} bytes)")
-    _, *head = FRAME.unpack_from(data)
-    return tuple(head), data[FRAME.size:]  # type: ignore[return-value]
-
-
 def _seq(body: bytes) -> int:
-    return HEADER.unpack_from(body)[_SEQ]
+    return codec.header(body).seq
 
 
 @dataclass
@@ -116,10 +91,10 @@ class SpokeChannels:
 
         Raises
         ------
-        ValueError
+        middleware.errors.CodecError
             When ``data`` is not a frame.
         """
-        (inc, prev, base, network, hub, _spoke, nonce), body = unframe(data)
+        (inc, prev, base, network, hub, _spoke, nonce), body = codec.unframe(data)
         key = (network, hub)
         ch = self.channels.setdefault(key, _Channel())
         if prev:
@@ -148,3 +123,51 @@ class SpokeChannels:
                     self.dead += 1
                 return key, []
         return key, [body] if body else []
+
+
+class ResendWindow:
+    """A hub kernel's hub→spoke frames not yet acknowledged, per (network, spoke) channel.
+
+    Attributes
+    ----------
+    frames : dict[tuple[int, int], list[tuple[int, float, bytes]]]
+        ``(network, spoke)`` → ``[(envelope seq, time sent in seconds, frame bytes)]``.
+    resent : int
+        Frames sent again (:meth:`overdue`).
+    """
+
+    def __init__(self) -> None:
+        # (network, spoke) -> [(envelope seq, time sent in seconds, frame bytes)]
+        self.frames: dict[tuple[int, int], list[tuple[int, float, bytes]]] = {}
+        self.resent = 0
+
+    def add(self, network: int, spoke: int, seq: int, sent: float, record: bytes) -> None:
+        """Keep ``record`` (a frame carrying envelope ``seq``, sent at ``sent``)."""
+        self.frames.setdefault((network, spoke), []).append((seq, sent, record))
+
+    def acknowledge(self, network: int, spoke: int, expected: int) -> None:
+        """Spoke ``spoke`` delivered everything of ``network`` numbered below ``expected``."""
+        self.frames[(network, spoke)] = [
+            f for f in self.frames.get((network, spoke), []) if f[0] >= expected]
+
+    def overdue(self, network: int, now: float, after: float) -> list[bytes]:
+        """The frames of ``network`` (every spoke) sent more than ``after`` seconds before
+        ``now``; they count as sent again at ``now``."""
+        out = []
+        for (net, _), pending in self.frames.items():
+            if net != network:
+                continue
+            for i, (seq, sent, record) in enumerate(pending):
+                if now - sent > after:
+                    pending[i] = (seq, now, record)
+                    out.append(record)
+        self.resent += len(out)
+        return out
+
+    def forget(self, network: int) -> None:
+        """A pipeline was deleted."""
+        for key in [k for k in self.frames if k[0] == network]:
+            del self.frames[key]
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.frames.values())

@@ -1,10 +1,26 @@
-"""An in-process kernel for unit tests: one network of spokes and hubs in one Python
-process, with an in-memory transport standing in for Flink and Kafka (papers/002 §3.2.1).
+"""The in-process kernel: the job's own spoke and hub kernels in one Python process, with an
+in-memory transport standing in for Flink and Kafka (papers/002 §3.2.1).
+
+:class:`LocalNetwork` hosts one :class:`~operators.spoke_kernel.SpokeKernel` per spoke and
+one :class:`~operators.hub_kernel.HubKernel` per hub, the very objects the Flink operators
+host (:mod:`operators.spoke`, :mod:`operators.hub`), and carries their outputs to each
+other as the job does: spoke→hub envelopes and kernel controls to the hub kernels,
+hub→spoke frames (the ``psMessages`` loop) to the spoke kernels; predictions, responses
+and dead letters to :attr:`LocalNetwork.outputs`. So pausing, backlogs, frames,
+acknowledgements, lifecycle requests and service policy are the job's code; what differs
+is only Flink (threads, state, checkpoints) and Kafka (topics, partitions, loss).
+
+Pipelines come two ways: by request (:meth:`LocalNetwork.request`, then records with
+:meth:`LocalNetwork.records` — the job's data path, JSON bytes in batches), or as nodes
+built by the caller (``LocalNetwork(spokes, hubs)``: any :class:`middleware.node.Node`
+classes, fed with :meth:`LocalNetwork.feed`; the middleware's and protocols' tests).
 
 The transport can behave like Kafka at its worst: ``shuffle=True`` delivers queued
 messages in a seeded random order (across and within channels) and ``duplicate=p``
 delivers a message again later with probability ``p`` (at-least-once). Nodes still see each
 channel FIFO and exactly once: that is the middleware's job (:mod:`middleware.channel`).
+It loses nothing, so the kernels' clocks stand still: nothing is sent again for being
+overdue, and runs are reproducible.
 
 Examples
 --------
@@ -31,68 +47,63 @@ Examples
 from __future__ import annotations
 
 import random
-from collections import defaultdict, deque
-from typing import Any, Callable
+from collections import defaultdict
+from typing import Any, Callable, Iterable
 
+import orjson
+
+from middleware import codec
+from middleware.codec import Wire
 from middleware.envelope import HUB, SPOKE
-from middleware.errors import CodecError
 from middleware.node import Node
+from operators.hub_kernel import HubKernel
+from operators.spoke_kernel import HUBS, SpokeKernel, record_batch
 
-__all__ = ["LocalNetwork", "LocalContext"]
+__all__ = ["LocalNetwork"]
 
 
-class LocalContext:
-    """The network context of one node (implements :class:`middleware.node.NetworkContext`).
+def _still() -> float:
+    """The clock of a transport that loses nothing: it stands still."""
+    return 0.0
 
-    Attributes
-    ----------
-    network, side, index, n_spokes, n_hubs : int
-        The node's network id, side, index within its side, and the network's size.
-    pauses : int
-        How many ``pause_stream()`` calls are not yet matched by ``resume_stream()``.
-    outputs : dict[str, list]
-        The network's emitted values per stream name (shared by all nodes).
-    """
 
-    def __init__(self, net: "LocalNetwork", side: int, index: int) -> None:
+class _Sink(list):
+    """A kernel's ``out``: each output goes to the network at once, in the order of all
+    kernels' outputs (a host would take them after each call)."""
+
+    def __init__(self, net: "LocalNetwork", side: int) -> None:
+        super().__init__()
         self._net = net
-        self.network = net.network
-        self.side = side
-        self.index = index
-        self.n_spokes = len(net.spokes)
-        self.n_hubs = len(net.hubs)
-        self.pauses = 0
-        self.outputs = net.outputs
+        self._side = side
 
-    def send(self, dst_index: int, data: bytes) -> None:
-        """Queue ``data`` for node ``dst_index`` of the other side (delivered by ``run``)."""
-        dst_side = HUB if self.side == SPOKE else SPOKE
-        if not 0 <= dst_index < (self.n_hubs if dst_side == HUB else self.n_spokes):
-            raise ValueError(f"no {'hub' if dst_side == HUB else 'spoke'} {dst_index}")
-        self._net._queue.append((dst_side, dst_index, data))
-
-    def pause_stream(self) -> None:
-        self.pauses += 1
-
-    def resume_stream(self) -> None:
-        if self.pauses == 0:
-            raise RuntimeError(f"resume_stream() without pause_stream() on node {self.index}")
-        self.pauses -= 1  # the kernel feeds the backlog once the current delivery returns
-
-    def emit(self, stream: str, value: Any) -> None:
-        """Append ``value`` to ``outputs[stream]`` (e.g. ``"responses"``)."""
-        self.outputs[stream].append(value)
+    def append(self, item: tuple[Any, Any]) -> None:
+        stream, value = item
+        net = self._net
+        if self._side == SPOKE:
+            if stream == HUBS:
+                key, data = value
+                net._put(HUB, key, data)
+                return
+        elif stream is None:  # a hub's frame for psMessages
+            net._put(SPOKE, codec.frame_destination(value), value)
+            return
+        net.outputs["predictions" if stream is None else stream].append(orjson.loads(value))
 
 
 class LocalNetwork:
-    """Hosts ``spokes`` and ``hubs`` of one network and carries their messages.
+    """The job's spoke and hub kernels over an in-memory transport.
 
     Parameters
     ----------
-    spokes, hubs : list[Node]
-        The nodes; each gets a :class:`LocalContext` attached here.
+    spokes, hubs : list[Node], optional
+        Nodes of one network, built by the caller, hosted by the kernels as pipeline
+        ``network`` (the kernels attach them). Without them, give ``n_spokes`` and
+        ``n_hubs`` and create pipelines with :meth:`request`.
     network : int
-        The network (pipeline) id written in every envelope.
+        The network (pipeline) id of ``spokes``/``hubs``; :attr:`spokes` and
+        :attr:`hubs` show that pipeline's nodes.
+    n_spokes, n_hubs : int, optional
+        The job's parallelism when no nodes are given.
     shuffle : bool
         Deliver queued messages in random order instead of first-in first-out.
     duplicate : float
@@ -100,75 +111,148 @@ class LocalNetwork:
         a second time later.
     seed : int
         Seed of the random order and duplication.
+    limits : dict, optional
+        Service limits (:data:`operators.service.DEFAULT_LIMITS`).
+    reraise : bool
+        Let a node's failure (a handler or callback raising) propagate out of
+        :meth:`run` after the kernel counted it (the job logs it and goes on).
 
     Attributes
     ----------
+    spoke_kernels, hub_kernels : list
+        The kernels (:class:`SpokeKernel`, :class:`HubKernel`).
     outputs : collections.defaultdict[str, list]
-        Values emitted by the nodes, per stream.
+        What the kernels sent out, decoded from JSON, per stream: ``"predictions"``,
+        ``"responses"``, ``"deadLetters"``.
     delivered : int
-        Messages handed to nodes, duplicates included.
-    dropped : int
-        Messages a node refused as not an envelope (``CodecError``).
+        Node messages handed to kernels (envelopes, frames carrying one, and anything
+        else a node sent), duplicates included; the kernels' own bookkeeping
+        (acknowledgements, lifecycle controls, resync answers) is not counted.
+
+    Raises
+    ------
+    ValueError
+        For ``duplicate`` outside [0, 1), or no nodes and no ``n_spokes``/``n_hubs``.
+    middleware.errors.RemoteInterfaceError
+        When a node cannot attach (its class has no ``peer``).
     """
 
-    def __init__(self, spokes: list[Node], hubs: list[Node], network: int = 0, *,
-                 shuffle: bool = False, duplicate: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, spokes: list[Node] | None = None, hubs: list[Node] | None = None,
+                 network: int = 0, *, n_spokes: int | None = None, n_hubs: int | None = None,
+                 shuffle: bool = False, duplicate: float = 0.0, seed: int = 0,
+                 limits: dict | None = None, reraise: bool = True) -> None:
         if not 0.0 <= duplicate < 1.0:
             raise ValueError(f"duplicate must be in [0, 1), got {duplicate}")
-        self.spokes = list(spokes)
-        self.hubs = list(hubs)
+        k = len(spokes) if spokes else n_spokes
+        m = len(hubs) if hubs else n_hubs
+        if not k or not m:
+            raise ValueError("give spokes and hubs, or n_spokes and n_hubs")
         self.network = network
         self.shuffle = shuffle
         self.duplicate = duplicate
         self.seed = seed
         self.outputs: defaultdict[str, list] = defaultdict(list)
         self.delivered = 0
-        self.dropped = 0
         self._rng = random.Random(seed)
-        self._queue: list[tuple[int, int, bytes]] = []  # (dst side, dst index, bytes)
+        self._queue: list[tuple[int, int, bytes, bool]] = []  # (side, index, bytes, counted?)
         self._head = 0  # FIFO read position in _queue when not shuffling
-        self._backlog: list[deque[Callable[[], Any]]] = [deque() for _ in self.spokes]
-        self._contexts = {(side, i): LocalContext(self, side, i)
-                          for side, nodes in ((SPOKE, self.spokes), (HUB, self.hubs))
-                          for i in range(len(nodes))}
-        for (side, i), ctx in self._contexts.items():
-            (self.spokes if side == SPOKE else self.hubs)[i].attach(ctx)
+        self._counted = 0  # counted messages queued and not yet delivered
+        self.spoke_kernels = [SpokeKernel(i, k, m, list(range(m)), limits, "process")
+                              for i in range(k)]
+        self.hub_kernels = [HubKernel(j, k, limits) for j in range(m)]
+        for kernel in self.spoke_kernels:
+            kernel.out, kernel.clock, kernel.reraise = _Sink(self, SPOKE), _still, reraise
+        for kernel in self.hub_kernels:
+            kernel.out, kernel.clock, kernel.reraise = _Sink(self, HUB), _still, reraise
+        for i, node in enumerate(spokes or ()):
+            self.spoke_kernels[i].adopt(network, node, m)
+        for j, node in enumerate(hubs or ()):
+            self.hub_kernels[j].adopt(network, node, m)
+
+    # -- the nodes -----------------------------------------------------------------------
+    @property
+    def spokes(self) -> list:
+        """The spoke nodes of pipeline :attr:`network`, by spoke index."""
+        return [kernel.nodes[self.network] for kernel in self.spoke_kernels]
+
+    @property
+    def hubs(self) -> list:
+        """The hub nodes of pipeline :attr:`network`, by hub index (those it has)."""
+        return [kernel.nodes[self.network] for kernel in self.hub_kernels
+                if self.network in kernel.nodes]
 
     @property
     def pending(self) -> int:
-        """Messages queued and not yet delivered."""
-        return len(self._queue) - self._head
+        """Node messages queued and not yet delivered (as :attr:`delivered` counts)."""
+        return self._counted
+
+    @property
+    def dropped(self) -> int:
+        """Messages the kernels refused: not an envelope, or for no pipeline they host."""
+        return (sum(k.bad_messages for k in self.spoke_kernels)
+                + sum(k.dropped for k in self.hub_kernels))
 
     def paused(self, spoke_index: int) -> bool:
-        """True while spoke ``spoke_index`` waits on a ``then_sync`` answer."""
-        return self._contexts[SPOKE, spoke_index].pauses > 0
+        """True while a pipeline on spoke ``spoke_index`` waits on a ``then_sync`` answer."""
+        return self.spoke_kernels[spoke_index].paused > 0
 
+    # -- input ---------------------------------------------------------------------------
     def feed(self, spoke_index: int, fn: Callable[[], Any]) -> None:
-        """Run ``fn()`` now (a stream record for that spoke), or after the spoke's stream
-        resumes, in feeding order, when it is paused."""
-        self._backlog[spoke_index].append(fn)
-        self._drain(spoke_index)
+        """Run ``fn()`` (a stream record for pipeline :attr:`network` on that spoke) now,
+        or after the pipeline's stream resumes, in feeding order, when it is paused."""
+        self.spoke_kernels[spoke_index].feed(self.network, fn)
+
+    def request(self, req: dict | str | bytes) -> None:
+        """A control request (JSON, as on the ``requests`` topic) to every spoke, then
+        :meth:`run` until quiet; the answer lands in ``outputs["responses"]``."""
+        data = req if isinstance(req, bytes) else (
+            req.encode() if isinstance(req, str) else orjson.dumps(req))
+        for kernel in self.spoke_kernels:
+            kernel.on_message(data)
+        self.run()
+
+    def records(self, spoke_index: int, records: Iterable[tuple[bool, bytes | dict]]) -> None:
+        """One batch of data records to a spoke, as the job's Java record batcher sends
+        it: ``(training?, the Kafka record's value)``, a dict being JSON-encoded here.
+        Call :meth:`run` to carry the messages they cause."""
+        self.spoke_kernels[spoke_index].on_batch(record_batch(
+            (train, rec if isinstance(rec, bytes) else orjson.dumps(rec))
+            for train, rec in records))
+
+    # -- transport -----------------------------------------------------------------------
+    def _put(self, side: int, index: int, data: bytes) -> None:
+        kind = codec.wire_kind(data)
+        counted = kind is not Wire.CONTROL and not (
+            kind is Wire.FRAME and len(data) <= codec.FRAME.size)  # a resync answer
+        self._queue.append((side, index, data, counted))
+        self._counted += counted
 
     def run(self, max_steps: int = 1_000_000) -> int:
         """Deliver queued messages, and those they cause, until none is left or
-        ``max_steps`` were delivered. Returns the number delivered."""
+        ``max_steps`` node messages were delivered. Returns the number delivered.
+
+        Raises
+        ------
+        Exception
+            A node's failure, with ``reraise`` (the message that caused it was delivered).
+        """
         steps = 0
-        while self.pending and steps < max_steps:
-            side, index, data = self._take()
+        while self._head < len(self._queue) and steps < max_steps:
+            side, index, data, counted = self._take()
             if self.duplicate and self._rng.random() < self.duplicate:
-                self._queue.append((side, index, data))
-            node = (self.spokes if side == SPOKE else self.hubs)[index]
-            steps += 1
-            self.delivered += 1
-            try:
-                node.deliver(data)
-            except CodecError:
-                self.dropped += 1
+                self._queue.append((side, index, data, counted))
+                self._counted += counted
+            if counted:
+                steps += 1
+                self.delivered += 1
+                self._counted -= 1
             if side == SPOKE:
-                self._drain(index)
+                self.spoke_kernels[index].on_message(data)
+            else:
+                self.hub_kernels[index].on_message(data)
         return steps
 
-    def _take(self) -> tuple[int, int, bytes]:
+    def _take(self) -> tuple[int, int, bytes, bool]:
         if self.shuffle:
             i = self._rng.randrange(self._head, len(self._queue))
             self._queue[i], self._queue[self._head] = self._queue[self._head], self._queue[i]
@@ -178,8 +262,3 @@ class LocalNetwork:
             del self._queue[:self._head]
             self._head = 0
         return item
-
-    def _drain(self, spoke_index: int) -> None:
-        backlog = self._backlog[spoke_index]
-        while backlog and not self.paused(spoke_index):
-            backlog.popleft()()

@@ -15,7 +15,6 @@ from flink_jobs.kafka_io import TopicReader
 from flink_jobs.session import Session, local_config
 from learning.datasets import shuttle
 from middleware import Kind, codec
-from operators.feedback import unframe
 
 
 def test_bad_records_and_requests_are_answered_counted_and_harmless(broker):
@@ -79,7 +78,7 @@ def test_multiclass_digits_through_the_whole_loop(broker):
         final = s.wait_until_counted(5, n_train, n_fore, timeout=120)
         preds = s.predictions_of(5)
         feedback = TopicReader(broker.bootstrap_servers, cfg.topics.ps_messages, json=False)
-        kinds = [codec.decode(unframe(b)[1]).kind for b in feedback.drain(idle_ms=1000)]
+        kinds = [codec.decode(codec.unframe(b)[1]).kind for b in feedback.drain(idle_ms=1000)]
         feedback.close()
     assert Kind.FRAGMENT in kinds and len(kinds) >= 3 * final["protocol"]["updates"]
     assert final["model"]["layout"]["classes"] == list(range(10))

@@ -15,7 +15,6 @@ from flink_jobs.session import Session, local_config
 from learning.datasets import shuttle
 from learning.protocols.asynchronous import global_digest
 from middleware import HUB, SPOKE, Kind, codec
-from operators.feedback import unframe
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +32,7 @@ def shuttle_run(broker):
         feedback = TopicReader(broker.bootstrap_servers, cfg.topics.ps_messages, json=False)
         envelopes = []
         for _ in range(40):
-            envelopes += [codec.decode(unframe(b)[1]) for b in feedback.drain(idle_ms=500)]
+            envelopes += [codec.decode(codec.unframe(b)[1]) for b in feedback.drain(idle_ms=500)]
             final = s.query(0)
             if all(sp["messagesReceived"] == sum(e.dst_index == sp["spoke"] for e in envelopes)
                    for sp in final["spokes"]):

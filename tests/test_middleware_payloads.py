@@ -71,9 +71,8 @@ def test_a_50_mb_vector_is_fragmented_and_reassembled_both_ways():
 @given(size=st.integers(0, 40_000), limit=st.integers(1024, 9000), seed=st.integers(0, 5))
 def test_fragments_survive_shuffling_and_duplicates(size, limit, seed):
     client, store = Client(), Store()
-    net = LocalNetwork([client], [store], shuffle=True, duplicate=0.3, seed=seed)
-    for ctx in net._contexts.values():
-        ctx.max_message_bytes = limit
+    net = LocalNetwork([client], [store], shuffle=True, duplicate=0.3, seed=seed,
+                       limits={"max_message_bytes": limit})
     values = [np.arange(size, dtype=np.float64) + k for k in range(3)]
     for v in values:
         client.peers[0].put(v)

@@ -335,7 +335,7 @@ def test_ssp_never_lets_a_spoke_run_more_than_staleness_rounds_ahead(staleness):
     assert hub_stats["heldAnswers"] > 0 and net.spokes[0].waited > 0  # the bound did bite
     assert worst[0] == staleness  # ... and was reached
     assert sum(s.fitted for s in net.spokes) + sum(len(s._X) for s in net.spokes) + \
-        sum(len(q) for q in net._backlog) == len(X)
+        sum(len(s.ctx.backlog) for s in net.spokes) == len(X)
 
 
 # -- EASGD and the adaptive period -----------------------------------------------------------

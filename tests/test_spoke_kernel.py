@@ -7,11 +7,11 @@ import time
 
 import orjson
 
-from operators import hub as hub_module
-from operators import spoke as spoke_module
-from operators.feedback import FRAME, is_frame
-from operators.hub import HubKernel
-from operators.spoke import SpokeKernel, record_batch
+from middleware import codec
+from operators import hub_kernel as hub_module
+from operators import spoke_kernel as spoke_module
+from operators.hub_kernel import HubKernel
+from operators.spoke_kernel import SpokeKernel, record_batch
 
 
 class Wire:
@@ -46,8 +46,8 @@ class Wire:
             for stream, value in out:
                 moved = True
                 if stream is None:
-                    assert is_frame(value)
-                    dst = FRAME.unpack_from(value)[6]
+                    assert codec.is_frame(value)
+                    dst = codec.unframe(value)[0].spoke
                     if self.lose:
                         self.lose -= 1
                         continue

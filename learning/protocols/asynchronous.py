@@ -11,31 +11,29 @@ push. The hub applies it at once and answers that spoke alone:
 i.e. the spoke's previous contribution is replaced (its stale part removed), so that
 ``w̃ = Σ_j γ_j w_j / Σ_j γ_j`` over every spoke's latest model (papers/003 eq. 2). No spoke
 ever waits for another: this is :mod:`learning.protocols.ssp` with unbounded staleness,
-and its hub and spoke are exactly those classes with the bound removed. The spoke installs
-``w̃`` plus what it learned while the push was in flight; one push per spoke is in flight at
-a time. Works for any ``hubParallelism``; the label set may grow with one hub.
+and its hub and spoke are those classes configured so (``bounded = False``). The spoke
+installs ``w̃`` plus what it learned while the push was in flight; one push per spoke is in
+flight at a time; a Query only reports. Works for any ``hubParallelism``; the label set may
+grow with one hub.
 
-Statistics beyond SSP's: globals received, the push → global round trip (p50/p95,
-milliseconds: the feedback loop's latency) and a fingerprint of the last global model
-installed (a test matches it with the message that carried it through Kafka).
+Statistics: SSP's that do not concern the bound (the hub's ``clocks``, ``maxLead``,
+``heldAnswers``; no ``staleness``, and no spoke ``clock``, ``slowestKnown``,
+``waitedPushes``), plus on each spoke: globals received, the push → global round trip
+(p50/p95, milliseconds: the feedback loop's latency) and a fingerprint of the last global
+model installed (a test matches it with the message that carried it through Kafka).
 """
 
 from __future__ import annotations
 
 import hashlib
-import sys
 import time
 from collections import deque
-from typing import Any
 
 import numpy as np
 
-from learning.protocols.base import PipelineSpoke
 from learning.protocols.ssp import StaleSynchronousHub, StaleSynchronousSpoke
 
 __all__ = ["AsynchronousSpoke", "AsynchronousHub", "global_digest"]
-
-UNBOUNDED = sys.maxsize  # staleness without a bound: nobody ever waits
 
 
 def global_digest(w: np.ndarray) -> str:
@@ -47,36 +45,21 @@ def global_digest(w: np.ndarray) -> str:
 class AsynchronousHub(StaleSynchronousHub):
     """The parameter server of TAP: apply each push at once (§II.C), answer the pusher."""
 
-    def __init__(self, request) -> None:
-        super().__init__(request)
-        self.staleness = UNBOUNDED
-
-    def update(self, request) -> None:
-        super().update(request)
-        self.staleness = UNBOUNDED
-
-    def global_statistics(self) -> dict:
-        out = super().global_statistics()
-        out.pop("staleness", None)
-        return out
+    bounded = False
 
 
 class AsynchronousSpoke(StaleSynchronousSpoke):
     """A TAP worker: push after every ``miniBatches`` mini-batches, never wait."""
 
     peer = AsynchronousHub
+    bounded = False
 
     def __init__(self, request) -> None:
         super().__init__(request)
-        self.staleness = UNBOUNDED
         self.globals_received = 0
         self._last_global: np.ndarray | None = None
         self._pushed_at = 0.0
         self.round_trips_ms: deque[float] = deque(maxlen=1000)  # push → global, milliseconds
-
-    def on_update(self) -> None:
-        super().on_update()
-        self.staleness = UNBOUNDED
 
     def _push(self) -> None:
         self._pushed_at = time.monotonic()
@@ -88,10 +71,6 @@ class AsynchronousSpoke(StaleSynchronousSpoke):
         self.round_trips_ms.append((time.monotonic() - self._pushed_at) * 1000.0)
         super()._on_global(answers)
 
-    def on_query(self, request_id: Any, service: dict | None = None) -> None:
-        """Report without pushing: TAP has no round a finite stream could leave open."""
-        PipelineSpoke.on_query(self, request_id, service)
-
     def protocol_statistics(self) -> dict:
         out = super().protocol_statistics()
         rtt = np.asarray(self.round_trips_ms)
@@ -102,8 +81,6 @@ class AsynchronousSpoke(StaleSynchronousSpoke):
             "roundTripMsP50": float(np.percentile(rtt, 50)) if rtt.size else None,
             "roundTripMsP95": float(np.percentile(rtt, 95)) if rtt.size else None,
         })
-        for key in ("clock", "slowestKnown", "waitedPushes"):
-            out.pop(key, None)
         return out
 
 

@@ -19,7 +19,7 @@ from learning.errors import RequestError
 from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, decide, declared_layout,
                              inspect_record, vote_counter, vote_list)
 from learning.pipeline import Pipeline
-from learning.registry import make_learner, make_preprocessor
+from learning.registry import make_learner, make_pipeline, make_preprocessor
 from learning.update import apply_update
 from middleware import Node, remote
 
@@ -27,8 +27,8 @@ __all__ = ["PipelineSpoke", "PipelineHub", "RecordRejected"]
 
 
 def _build_pipeline(request) -> Pipeline:
-    return Pipeline([make_preprocessor(p, i) for i, p in enumerate(request.pre_processors)],
-                    make_learner(request.learner))
+    """The pipeline a Create request describes (:func:`learning.registry.make_pipeline`)."""
+    return make_pipeline(request.pre_processors, request.learner)
 
 
 LAYOUT_KEYS = ("n_features", "classes")
@@ -251,7 +251,7 @@ class PipelineSpoke(Node):
         self._votes.clear()
         self._held_by.clear()
         for i, (train, rec, width, kind) in enumerate(held):
-            if getattr(self.ctx, "pauses", 0):
+            if self.ctx.pauses:
                 self.ctx.backlog.extendleft(reversed([(t, r) for t, r, *_ in held[i:]]))
                 return
             try:
@@ -408,7 +408,7 @@ class PipelineSpoke(Node):
             "rejected": self.rejected, "rejectedBy": dict(self.rejected_by),
             "correct": self.correct, "loss": self.loss_sum,
             "batches": self.batches, "fitErrors": self.fit_errors, "lastError": self.last_error,
-            "held": len(getattr(self.ctx, "backlog", ())), "layoutHeld": len(self._held),
+            "held": len(self.ctx.backlog), "layoutHeld": len(self._held),
             "layout": self.layout.to_json(), "network": self.stats.to_json(),
         }
 
@@ -509,7 +509,7 @@ class PipelineHub(Node):
 
     def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
         """The answer to a Query, from every spoke's statistics and this hub's model."""
-        limit = getattr(self.ctx, "max_response_params", 10_000)
+        limit = self.ctx.max_response_params
         fitted = sum(s["fitted"] for s in spokes)
         correct = sum(s["correct"] for s in spokes)
         loss = sum(s["loss"] for s in spokes)

@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from typing import Any, Callable
 
 import numpy as np
@@ -204,27 +203,14 @@ def fixed_layout(learner, m: int) -> dict:
     return layout
 
 
-class _Traffic:
-    """Counts what a node sends per remote method (bytes include fragments)."""
-
-    def _init_traffic(self) -> None:
-        self.sent_by_method: Counter = Counter()
-        self.sent_bytes_by_method: Counter = Counter()
-
-    def _send(self, dst, kind, method, call_id, payload) -> None:  # Node._send, counted
-        stats = self.stats
-        m0, b0 = sum(stats.sent_messages.values()), sum(stats.sent_bytes.values())
-        super()._send(dst, kind, method, call_id, payload)
-        self.sent_by_method[method] += sum(stats.sent_messages.values()) - m0
-        self.sent_bytes_by_method[method] += sum(stats.sent_bytes.values()) - b0
-
-    def sync_traffic(self) -> tuple[int, int]:
-        """(messages, bytes) sent, Query reports and layout agreement excluded."""
-        return (sum(n for k, n in self.sent_by_method.items() if k not in SERVICE_METHODS),
-                sum(n for k, n in self.sent_bytes_by_method.items() if k not in SERVICE_METHODS))
+def sync_traffic(stats) -> tuple[int, int]:
+    """``(messages, bytes)`` a node sent (its :class:`middleware.node.NodeStats`), Query
+    reports and layout agreement (:data:`SERVICE_METHODS`) excluded."""
+    return (sum(n for k, n in stats.sent_by_method.items() if k not in SERVICE_METHODS),
+            sum(n for k, n in stats.sent_bytes_by_method.items() if k not in SERVICE_METHODS))
 
 
-class ShardedSpoke(_Traffic, PipelineSpoke):
+class ShardedSpoke(PipelineSpoke):
     """A spoke of a sharded parameter server: scatter shards, gather answers, reassemble.
 
     Subclasses call :meth:`scatter` (one call per hub, shard ``j`` to hub ``j``) and
@@ -244,7 +230,6 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
 
     def __init__(self, request) -> None:
         super().__init__(request)
-        self._init_traffic()
         self.hub_parallelism = int(request.training_configuration.get("hubParallelism", 1))
         self._fixed: dict | None = None
         learner = self.pipeline.learner
@@ -482,7 +467,7 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
     # -- statistics ----------------------------------------------------------------------
     def protocol_statistics(self) -> dict:
         """Protocol extras of this spoke (subclasses add to it)."""
-        messages, nbytes = self.sync_traffic()
+        messages, nbytes = sync_traffic(self.stats)
         return {"rounds": self.rounds, "pushes": self.pushes, "waitMs": self.wait_ms,
                 "syncMessagesSent": messages, "syncBytesSent": nbytes,
                 "syncFailures": self.sync_failures, "aggregation": self.aggregation}
@@ -493,7 +478,7 @@ class ShardedSpoke(_Traffic, PipelineSpoke):
         return out
 
 
-class ShardedHub(_Traffic, PipelineHub):
+class ShardedHub(PipelineHub):
     """One shard of the parameter server: hub ``j`` owns entries ``[lo, hi)`` of the
     global vector (:func:`shard_bounds`).
 
@@ -504,7 +489,6 @@ class ShardedHub(_Traffic, PipelineHub):
 
     def __init__(self, request) -> None:
         super().__init__(request)
-        self._init_traffic()
         self.hub_parallelism = int(request.training_configuration.get("hubParallelism", 1))
         if self.hub_parallelism > 1:
             fixed_layout(self.learner, self.hub_parallelism)

@@ -24,10 +24,15 @@ hubs are then certain to answer at once). Hence:
 - ``staleness = 0``: every push waits for all spokes' pushes of the same round, all
   answers carry the same ``w̃`` — exactly BSP (:mod:`learning.protocols.synchronous`);
 - a staleness larger than the number of rounds: no spoke ever waits, every push is
-  answered at once — TAP with the papers/003 §II.C update.
+  answered at once — TAP with the papers/003 §II.C update;
+- no bound at all (the class attribute ``bounded = False``): the same for any number of
+  rounds, and the bound is neither applied nor reported — that configuration *is* TAP,
+  :mod:`learning.protocols.asynchronous`.
 
 A Query is a synchronization point as for BSP: a spoke with no push in flight pushes
-what it has (see :mod:`learning.protocols.synchronous` for why a finite stream needs it).
+what it has (see :mod:`learning.protocols.synchronous` for why a finite stream needs it:
+an answer held for the slowest spoke). Without a bound nothing is ever held, and a Query
+only reports.
 """
 
 from __future__ import annotations
@@ -65,6 +70,11 @@ class StaleSynchronousHub(ShardedHub):
 
     Attributes
     ----------
+    bounded : bool
+        Class attribute. True: a push is answered only within ``staleness`` rounds of the
+        slowest spoke. False: staleness is unbounded, every push is answered at once and
+        Query reports no ``staleness`` (TAP:
+        :class:`~learning.protocols.asynchronous.AsynchronousHub`).
     clocks : dict[int, int]
         Pushes received per spoke.
     max_lead : int
@@ -72,6 +82,8 @@ class StaleSynchronousHub(ShardedHub):
     held : int
         Answers that had to wait for the slowest spoke.
     """
+
+    bounded = True
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -119,12 +131,17 @@ class StaleSynchronousHub(ShardedHub):
         self.updates += 1
         self.rounds = self.min_clock()
         self._release()
-        if clock - self.min_clock() <= self.staleness:
+        if self._within_bound(clock):
             return self._answer_now(spoke, clock)
         p = Promise()
         self.held += 1
         self._waiting.append((spoke, int(clock), p))
         return p
+
+    def _within_bound(self, clock: int) -> bool:
+        """Whether a push at ``clock`` may be answered now: ``clock − min_j c_j ≤ staleness``,
+        or always when unbounded."""
+        return not self.bounded or clock - self.min_clock() <= self.staleness
 
     def _answer_now(self, spoke: int, clock: int) -> list:
         lead = clock - self.min_clock()
@@ -136,7 +153,7 @@ class StaleSynchronousHub(ShardedHub):
     def _release(self) -> None:
         still = []
         for spoke, clock, p in self._waiting:
-            if clock - self.min_clock() <= self.staleness:
+            if self._within_bound(clock):
                 p.fulfil(self._answer_now(spoke, clock))
             else:
                 still.append((spoke, clock, p))
@@ -144,16 +161,26 @@ class StaleSynchronousHub(ShardedHub):
 
     def global_statistics(self) -> dict:
         out = super().global_statistics()
-        out.update({"staleness": self.staleness, "clocks": [self.clocks.get(i, 0) for i in
-                                                            range(self.n_peers)],
+        if self.bounded:
+            out["staleness"] = self.staleness
+        out.update({"clocks": [self.clocks.get(i, 0) for i in range(self.n_peers)],
                     "maxLead": self.max_lead, "heldAnswers": self.held})
         return out
 
 
 class StaleSynchronousSpoke(ShardedSpoke):
-    """An SSP worker: push every ``miniBatches`` mini-batches; wait only when ahead."""
+    """An SSP worker: push every ``miniBatches`` mini-batches; wait only when ahead.
+
+    Attributes
+    ----------
+    bounded : bool
+        Class attribute, as :attr:`StaleSynchronousHub.bounded`. False: never pause, a
+        Query only reports, and Query reports no ``clock``, ``slowestKnown``,
+        ``waitedPushes`` (TAP: :class:`~learning.protocols.asynchronous.AsynchronousSpoke`).
+    """
 
     peer = StaleSynchronousHub
+    bounded = True
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -182,7 +209,7 @@ class StaleSynchronousSpoke(ShardedSpoke):
         self.pushes += 1
         self.in_flight = True
         self._pushed = (w, layout)
-        sync = self.clock - self.slowest > self.staleness
+        sync = self.bounded and self.clock - self.slowest > self.staleness
         self.waited += sync
         self.scatter("push", w, layout, records, self.ctx.index, self.clock, sync=sync,
                      on_all=self._on_global, prep=self.preprocessor_delta())
@@ -203,15 +230,19 @@ class StaleSynchronousSpoke(ShardedSpoke):
         self.in_flight = False
 
     def on_query(self, request_id: Any, service: dict | None = None) -> None:
-        """Fit what is buffered, push unless a push is in flight, then report."""
-        self.flush()
-        if not self.in_flight:
-            self._push()
+        """Fit what is buffered, push unless a push is in flight, then report; unbounded,
+        only report (no answer is ever held: no round a finite stream could leave open)."""
+        if self.bounded:
+            self.flush()
+            if not self.in_flight:
+                self._push()
         super().on_query(request_id, service)
 
     def protocol_statistics(self) -> dict:
         out = super().protocol_statistics()
-        out.update({"clock": self.clock, "slowestKnown": self.slowest, "waitedPushes": self.waited})
+        if self.bounded:
+            out.update({"clock": self.clock, "slowestKnown": self.slowest,
+                        "waitedPushes": self.waited})
         return out
 
 

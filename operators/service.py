@@ -1,0 +1,102 @@
+"""The service's policy toward requests, shared by the spoke and hub kernels: limits, size
+checks, what PyFlink's execution mode allows, and the JSON of an error response.
+
+Nothing here knows Flink: the kernels (:mod:`operators.spoke_kernel`,
+:mod:`operators.hub_kernel`) apply it, whichever host runs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from learning.errors import RequestError
+from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
+
+__all__ = ["DEFAULT_LIMITS", "limits_of", "check_sizes", "check_execution_mode",
+           "error_response", "import_protocols"]
+
+#: The service's limits (a job may override each, :class:`flink_jobs.config.JobConfig`):
+#: ``max_request_bytes`` (bytes; larger requests: ``too_large``), ``max_pipelines`` (more:
+#: ``too_many_pipelines``), ``max_model_params`` (a learner hyperparameter or parameter
+#: above it, e.g. a 10⁹-wide model: ``too_large``), ``max_message_bytes`` (bytes; larger
+#: envelopes are fragmented, since psMessages crosses Kafka, whose default message limit
+#: is 1 MB), ``max_response_params`` (larger models are summarized in a Query).
+DEFAULT_LIMITS = {"max_request_bytes": 1_000_000, "max_pipelines": 64,
+                  "max_model_params": 10_000_000, "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
+                  "max_response_params": 10_000}
+
+
+def limits_of(limits: dict | None) -> dict:
+    """:data:`DEFAULT_LIMITS` with ``limits`` (may be None) applied.
+
+    Raises
+    ------
+    ValueError
+        For a key that is not a limit.
+    """
+    unknown = set(limits or {}) - set(DEFAULT_LIMITS)
+    if unknown:
+        raise ValueError(f"unknown service limits {sorted(unknown)}; known: {sorted(DEFAULT_LIMITS)}")
+    return {**DEFAULT_LIMITS, **(limits or {})}
+
+
+def import_protocols(modules: tuple[str, ...]) -> None:
+    """Import the modules that register user protocols (trusted job configuration)."""
+    for name in modules:
+        importlib.import_module(name)
+
+
+def check_sizes(req, limit: int) -> None:
+    """Refuse absurd sizes (a 10⁹-wide model) before anything is allocated: any integer
+    hyperparameter (or integer in a list of them, e.g. layer sizes) and any top-level
+    integer parameter (e.g. ``n_features``) above ``limit``.
+
+    Raises
+    ------
+    RequestError
+        ``too_large``, with the field at fault.
+    """
+    def too_big(value) -> bool:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and float(value).is_integer() and value > limit)
+
+    specs = [("learner", req.learner or {})] + [
+        (f"preProcessors[{i}]", p) for i, p in enumerate(req.pre_processors)]
+    for where, spec in specs:
+        for key, value in ((spec or {}).get("hyperParameters") or {}).items():
+            values = value if isinstance(value, list) else [value]
+            for v in values:
+                if too_big(v):
+                    raise RequestError("too_large", f"{where}.hyperParameters.{key} = {v} exceeds "
+                                       f"the service's max_model_params = {limit}",
+                                       f"{where}.hyperParameters.{key}")
+        for key, value in ((spec or {}).get("parameters") or {}).items():
+            if too_big(value):
+                raise RequestError("too_large", f"{where}.parameters.{key} = {value} exceeds "
+                                   f"the service's max_model_params = {limit}",
+                                   f"{where}.parameters.{key}")
+
+
+def check_execution_mode(learner, learner_name: str, execution_mode: str) -> None:
+    """Refuse, in PyFlink's ``thread`` mode, a learner that needs its own interpreter
+    (``needs_own_interpreter``: PyTorch).
+
+    Raises
+    ------
+    RequestError
+        ``unsupported`` (field ``learner.name``).
+    """
+    if execution_mode == "thread" and getattr(learner, "needs_own_interpreter", False):
+        raise RequestError("unsupported", f"{learner_name} needs PyFlink's process mode "
+                           "(python.execution-mode: process; omldm --mode process): its native "
+                           "bindings deadlock in an interpreter embedded in the JVM",
+                           "learner.name")
+
+
+def error_response(err: RequestError, request_id: Any = None, pipeline: Any = None,
+                   request: Any = None) -> dict:
+    """The JSON answer to a request that failed: ``{"requestId", "id", "request",
+    "status": "error", "error": {"code", "message", "field"}}``."""
+    return {"requestId": request_id, "id": pipeline, "request": request, "status": "error",
+            "error": err.to_json()}
