@@ -270,7 +270,10 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
         return _kafka_sink(cfg, topic, SimpleStringSchema(), cfg.exactly_once_outputs, job_name)
 
     spokes.sink_to(output(t.predictions)).name("predictions").uid("predictions-sink")
-    hubs.sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-out").uid("psMessages-sink")
+    # as wide as the hubs (a forward edge): with the job's default width each hub's frames
+    # were dealt to several writers, and a spoke's channel reached the topic out of order
+    (hubs.sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-out")
+     .uid("psMessages-sink").set_parallelism(cfg.hubs))
     (spokes.get_side_output(responses_tag).union(hubs.get_side_output(responses_tag))
      .sink_to(output(t.responses)).name("responses").uid("responses-sink"))
     spokes.get_side_output(dead_tag).sink_to(

@@ -8,49 +8,85 @@ A request is a JSON object on the requests topic::
      "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 64}}
 
 :func:`parse_request` checks it against ``schema/request.schema.json`` (JSON Schema draft
-2020-12), then checks the protocol name and builds the learner and preprocessors once so
-that every mistake is reported when the request arrives, as a :class:`RequestError` with a
-machine-readable ``code`` and the dotted ``field`` at fault. Bad requests are answered,
-never fatal.
+2020-12), then checks the protocol name and the ``trainingConfiguration`` against the
+protocol's declared parameters (:mod:`learning.protocols.parameters`), and builds the
+learner and preprocessors once, so that every mistake is reported when the request
+arrives, as a :class:`RequestError` with a machine-readable ``code`` and the dotted
+``field`` at fault. Bad requests are answered, never fatal.
+
+The schema's ``trainingConfiguration`` part is generated from those declarations
+(:func:`request_schema`; :func:`write_schema` writes the file).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any, Collection, Mapping
 
 import jsonschema
 import orjson
 
 from learning.errors import RequestError
+from learning.protocols.parameters import (TRAINING_DEFAULTS, ProtocolParams,
+                                           configuration_schema, declared, generation,
+                                           validate_training_configuration)
 
-__all__ = ["Request", "parse_request", "REQUEST_TYPES", "IMPLEMENTED_PROTOCOLS",
-           "KNOWN_PROTOCOLS", "TRAINING_DEFAULTS", "SCHEMA_PATH"]
+__all__ = ["Request", "parse_request", "REQUEST_TYPES", "TRAINING_DEFAULTS", "SCHEMA_PATH",
+           "request_schema", "write_schema"]
 
 #: The request kinds.
 REQUEST_TYPES = ("Create", "Update", "Delete", "Query")
 
-#: Protocols that can be asked for today.
-IMPLEMENTED_PROTOCOLS = frozenset({"Asynchronous"})
-
-#: Protocol names from the papers; asking for one not implemented yet gets
-#: ``unknown_protocol`` with "protocol 'X' is not implemented yet".
-KNOWN_PROTOCOLS = frozenset({
-    "Asynchronous", "Synchronous", "SSP", "StaleSynchronous", "EASGD", "ElasticAveraging",
-    "FDA", "FunctionalDynamicAveraging", "EVENFLOW", "EvenFlow", "Adaptive",
-})
-
-#: Filled into the ``trainingConfiguration`` of a Create request where missing.
-TRAINING_DEFAULTS = {"protocol": "Asynchronous", "hubParallelism": 1, "miniBatchSize": 64,
-                     "miniBatches": 4}
-
 SCHEMA_PATH = Path(__file__).with_name("schema") / "request.schema.json"
-_SCHEMA = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-_VALIDATOR = jsonschema.Draft202012Validator(_SCHEMA)
 _SCALARS = (str, int, float, bool, type(None))
-_INTEGER_KEYS = ("hubParallelism", "miniBatchSize", "miniBatches", "staleness")
+
+
+def request_schema(table: Mapping[str, ProtocolParams] | None = None) -> dict:
+    """The request schema: ``schema/request.schema.json`` with its
+    ``$defs.trainingConfiguration`` made from the declared parameters
+    (:func:`learning.protocols.parameters.configuration_schema`).
+
+    Parameters
+    ----------
+    table : mapping or None
+        Protocol name → :class:`~learning.protocols.parameters.ProtocolParams`; None: every
+        registered protocol's.
+    """
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema["$defs"]["trainingConfiguration"] = configuration_schema(table)
+    return schema
+
+
+def _dumps(value: Any, level: int = 0, width: int = 96) -> str:
+    """JSON, 2-space indented, with every object or array that fits in ``width``
+    characters on one line."""
+    flat = json.dumps(value, ensure_ascii=False)
+    if not isinstance(value, (dict, list)) or not value or 2 * level + len(flat) <= width:
+        return flat
+    pad = "  " * (level + 1)
+    if isinstance(value, dict):
+        items = [f"{pad}{json.dumps(k, ensure_ascii=False)}: {_dumps(v, level + 1, width)}"
+                 for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + "  " * level + "}"
+    items = [pad + _dumps(v, level + 1, width) for v in value]
+    return "[\n" + ",\n".join(items) + "\n" + "  " * level + "]"
+
+
+def write_schema(path: Path = SCHEMA_PATH,
+                 table: Mapping[str, ProtocolParams] | None = None) -> None:
+    """Write :func:`request_schema` to ``path``: run it after changing a declaration
+    (``tests/test_protocol_parameters.py`` checks that the file agrees)."""
+    path.write_text(_dumps(request_schema(table)) + "\n", encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=1)
+def _validator(declarations: int) -> jsonschema.Draft202012Validator:
+    """The validator of :func:`request_schema` as of the ``declarations``-th declaration
+    (a protocol registered later may bring its own keys)."""
+    return jsonschema.Draft202012Validator(request_schema())
 
 
 @dataclass(frozen=True)
@@ -167,25 +203,17 @@ def _load(raw: bytes | str | dict, max_bytes: int) -> dict:
     return doc
 
 
-def _registered() -> Collection[str]:
-    """The protocols registered in :mod:`learning.protocols` (built in, or added by the
-    job's ``protocol_modules``)."""
-    try:
-        from learning.protocols import PROTOCOLS
-    except ImportError:  # pragma: no cover - partial installs
-        return IMPLEMENTED_PROTOCOLS
-    return frozenset(PROTOCOLS)
-
-
-def _check_protocol(name: str, implemented: Collection[str], request_id: Any) -> None:
-    if name in implemented:
+def _check_protocol(name: str, served: Collection[str] | None, request_id: Any) -> None:
+    known = declared()
+    served = known if served is None else served
+    if name in served:
         return
     fld = "trainingConfiguration.protocol"
-    if name in KNOWN_PROTOCOLS:
+    if name in known:
         raise RequestError("unknown_protocol", f"protocol {name!r} is not implemented yet",
                            fld, request_id)
     raise RequestError("unknown_protocol", f"unknown protocol {name!r}; implemented: "
-                       f"{', '.join(sorted(implemented))}", fld, request_id)
+                       f"{', '.join(sorted(served))}", fld, request_id)
 
 
 def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
@@ -199,8 +227,9 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
     max_bytes : int
         Largest accepted message, in bytes (not checked for a dict).
     protocols : collection of str or None
-        Protocol names that can be served; None means those registered in
-        :data:`learning.protocols.PROTOCOLS`.
+        Protocol names that can be served; None means every registered one
+        (:func:`learning.protocols.register_protocol`). A registered protocol not among them
+        is "not implemented yet".
 
     Returns
     -------
@@ -213,9 +242,11 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
 
         - ``too_large``: more than ``max_bytes`` bytes (field None);
         - ``invalid_json``: not parseable, or not a JSON object (field None);
-        - ``schema``: violates ``request.schema.json``; ``field`` is the dotted path of
-          the offending key (e.g. ``trainingConfiguration.miniBatchSize``), an unknown
-          key is named by its own path;
+        - ``schema``: violates ``request.schema.json`` or a declared parameter
+          (:func:`learning.protocols.parameters.validate_training_configuration`: a
+          protocol's required parameters and rules); ``field`` is the dotted path of the
+          offending key (e.g. ``trainingConfiguration.miniBatchSize``), an unknown key is
+          named by its own path;
         - ``unknown_protocol`` (field ``trainingConfiguration.protocol``);
         - ``unknown_learner``, ``unknown_preprocessor``, ``invalid_hyperparameter``,
           ``invalid_parameter`` (from :mod:`learning.registry`) for Create, and for
@@ -229,19 +260,22 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
     if not isinstance(request_id, _SCALARS):
         request_id = None
 
-    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(doc))
+    error = jsonschema.exceptions.best_match(_validator(generation()).iter_errors(doc))
     if error is not None:
         raise _schema_error(error, request_id)
 
     kind = doc["request"]
-    given = dict(doc.get("trainingConfiguration") or {})
-    for key in _INTEGER_KEYS:  # JSON 64.0 is a valid integer for the schema
-        if key in given:
-            given[key] = int(given[key])
+    given = doc.get("trainingConfiguration") or {}
     if "protocol" in given or kind == "Create":
-        _check_protocol(given.get("protocol", TRAINING_DEFAULTS["protocol"]),
-                        _registered() if protocols is None else protocols,
+        _check_protocol(given.get("protocol", TRAINING_DEFAULTS["protocol"]), protocols,
                         request_id)
+    config: dict = {}
+    if kind in ("Create", "Update"):
+        try:
+            config = validate_training_configuration(given, create=kind == "Create")
+        except RequestError as e:
+            e.request_id = request_id
+            raise
 
     pre_processors = list(doc.get("preProcessors") or [])
     learner = doc.get("learner")
@@ -255,17 +289,11 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
             if learner is not None and (kind == "Create" or learner.get("name") is not None):
                 make_learner(learner)
             if kind == "Create":
-                check_pairing(learner, given.get("protocol", TRAINING_DEFAULTS["protocol"]))
+                check_pairing(learner, config["protocol"])
         except RequestError as e:
             e.request_id = request_id
             raise
 
-    if kind == "Create":
-        config = {**TRAINING_DEFAULTS, **given}
-    elif kind == "Update":
-        config = given
-    else:
-        config = {}
     return Request(id=int(doc["id"]), request=kind, request_id=request_id,
                    pre_processors=pre_processors, learner=learner,
                    training_configuration=config)

@@ -10,11 +10,13 @@ first; then all of it is applied, or none of it.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from learning.errors import HyperparameterError, RequestError
 from learning.pipeline import Pipeline
-from learning.requests import Request
+
+if TYPE_CHECKING:  # a type only: learning.requests imports the protocols, which import this
+    from learning.requests import Request
 
 __all__ = ["apply_update", "FIXED_TRAINING_KEYS"]
 

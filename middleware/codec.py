@@ -14,6 +14,9 @@ first     kind                       what
 other     request                    a user's JSON control request (``requests`` topic)
 ========  =========================  =====================================================
 
+Data records reach the spokes on their own input, in batches assembled in Java
+(:func:`record_batch`, :func:`read_batch`).
+
 Envelope wire format, little-endian::
 
     magic 0xFF | version u8 | network u32 | src_side u8 | src_index u16 | dst_side u8 |
@@ -58,7 +61,7 @@ from middleware.errors import CodecError
 __all__ = ["MAGIC", "FRAME_MAGIC", "CONTROL_MAGIC", "HEADER", "FRAME", "Wire", "wire_kind", "Sparse", "Float32",
            "encode", "decode", "peek", "header", "Route", "Header", "is_envelope",
            "Frame", "frame", "unframe", "is_frame", "frame_destination", "control",
-           "read_control"]
+           "read_control", "record_batch", "read_batch"]
 
 MAGIC = 0xFF
 FRAME_MAGIC = 0xFE
@@ -360,3 +363,40 @@ def read_control(data: bytes) -> dict:
     if not isinstance(msg, dict) or "op" not in msg:
         raise CodecError("a control message is a JSON object with 'op'")
     return msg
+
+
+# -- record batches: data records from Java's omldm.RecordBatcher (flink_jobs/java) --------
+
+def record_batch(records) -> bytes:
+    """A batch of data records as ``omldm.RecordBatcher`` (``flink_jobs/java``) writes it:
+    little-endian ``int32 n``, ``int32 length[n]`` (bytes), ``uint8 training[n]`` (1: from
+    ``training``, 0: from ``forecasting``), then the records' bytes one after the other.
+
+    Parameters
+    ----------
+    records : iterable of (bool, bytes)
+        ``(training?, the Kafka record's value)`` in arrival order.
+    """
+    records = list(records)
+    return b"".join([struct.pack(f"<i{len(records)}i", len(records), *(len(v) for _, v in records)),
+                     bytes(1 if train else 0 for train, _ in records)] + [v for _, v in records])
+
+
+def read_batch(data: bytes) -> list[tuple[bool, memoryview]]:
+    """The records of a :func:`record_batch`: ``[(training?, the record's bytes), ...]`` in
+    order (views into ``data``, no copy).
+
+    Raises
+    ------
+    struct.error
+        When ``data`` is shorter than its own lengths say (Java never writes that).
+    """
+    n = int.from_bytes(data[:4], "little")
+    pos = 4 + 5 * n
+    training = data[4 + 4 * n:pos]
+    view = memoryview(data)
+    out = []
+    for i, length in enumerate(struct.unpack_from(f"<{n}i", data, 4)):
+        out.append((training[i] == 1, view[pos:pos + length]))
+        pos += length
+    return out

@@ -57,7 +57,7 @@ from middleware.codec import Wire
 from middleware.envelope import HUB, SPOKE
 from middleware.node import Node
 from operators.hub_kernel import HubKernel
-from operators.spoke_kernel import HUBS, SpokeKernel, record_batch
+from operators.spoke_kernel import HUBS, SpokeKernel
 
 __all__ = ["LocalNetwork"]
 
@@ -215,7 +215,7 @@ class LocalNetwork:
         """One batch of data records to a spoke, as the job's Java record batcher sends
         it: ``(training?, the Kafka record's value)``, a dict being JSON-encoded here.
         Call :meth:`run` to carry the messages they cause."""
-        self.spoke_kernels[spoke_index].on_batch(record_batch(
+        self.spoke_kernels[spoke_index].on_batch(codec.record_batch(
             (train, rec if isinstance(rec, bytes) else orjson.dumps(rec))
             for train, rec in records))
 

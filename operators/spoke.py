@@ -5,7 +5,7 @@ no Python key selector runs on the data path).
 Input 1 carries training and forecasting records, each the JSON of an object ``{"id",
 "features", "label"}`` or a JSON array of them, in batches assembled in Java by
 ``omldm.RecordBatcher`` (``flink_jobs/java``; bytes, see
-:func:`operators.spoke_kernel.record_batch`), or, with
+:func:`middleware.codec.record_batch`), or, with
 ``max_batch_delay_ms = 0``, as one string each, tagged by the job's SQL source with the
 topic they came from (``T`` training, ``P`` forecasting). They cross from the JVM into
 Python once, here: parse, route to every pipeline, preprocess, predict or buffer into a

@@ -2,7 +2,8 @@
 
 A :class:`SpokeKernel` hosts one spoke node per pipeline (papers/002 §3.2.1) and gets
 three kinds of input: data records (:meth:`SpokeKernel.on_data`, one per crossing, or
-:meth:`SpokeKernel.on_batch`, batches assembled in Java by ``omldm.RecordBatcher``),
+:meth:`SpokeKernel.on_batch`, batches assembled in Java by ``omldm.RecordBatcher``,
+:func:`middleware.codec.record_batch`),
 messages (:meth:`SpokeKernel.on_message`: hub→spoke envelopes in incarnation frames read
 back from ``psMessages``, and JSON control requests, one copy per spoke), and, for callers
 that drive nodes directly (the in-process kernel's tests), :meth:`SpokeKernel.feed`.
@@ -17,7 +18,6 @@ on: one pipeline's synchronization never holds up another's.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections import Counter, deque
 from typing import Any, Callable
@@ -35,28 +35,12 @@ from middleware.errors import CodecError
 from operators.feedback import SpokeChannels
 from operators.service import (check_execution_mode, check_sizes, error_response, limits_of)
 
-__all__ = ["SpokeKernel", "SpokeContext", "record_batch", "HUBS"]
+__all__ = ["SpokeKernel", "SpokeContext", "HUBS"]
 
 log = logging.getLogger(__name__)
 NUDGE_EVERY_S = 1.0  # a paused spoke acknowledges its hub channels at most this often
 _TRAIN = "T"  # the SQL source's tag of training records; forecasting ones are "P"
 HUBS = "hubs"  # names of the kernel's outputs; None is the main output (predictions)
-
-
-def record_batch(records) -> bytes:
-    """A batch of data records as ``omldm.RecordBatcher`` (``flink_jobs/java``) writes it,
-    the format :meth:`SpokeKernel.on_batch` reads: little-endian ``int32 n``,
-    ``int32 length[n]`` (bytes), ``uint8 training[n]`` (1: from ``training``, 0: from
-    ``forecasting``), then the records' bytes one after the other.
-
-    Parameters
-    ----------
-    records : iterable of (bool, bytes)
-        ``(training?, the Kafka record's value)`` in arrival order.
-    """
-    records = list(records)
-    return b"".join([struct.pack(f"<i{len(records)}i", len(records), *(len(v) for _, v in records)),
-                     bytes(1 if train else 0 for train, _ in records)] + [v for _, v in records])
 
 
 class SpokeContext:
@@ -213,20 +197,17 @@ class SpokeKernel:
         self._line(line[0] == _TRAIN, line[1:])
 
     def on_batch(self, data: bytes) -> None:
-        """A batch of data records from ``omldm.RecordBatcher`` (``flink_jobs/java``):
-        little-endian ``int32 n``, ``int32 length[n]``, ``uint8 training[n]``, then the n
-        records' bytes, in the order they came. Each is handled as :meth:`on_data` would:
-        a pipeline paused in the middle of the batch holds the rest in its backlog."""
+        """A batch of data records from ``omldm.RecordBatcher`` (``flink_jobs/java``;
+        :func:`middleware.codec.record_batch`), in the order they came. Each is handled
+        as :meth:`on_data` would: a pipeline paused in the middle of the batch holds the
+        rest in its backlog."""
         self._nudge()
-        n = int.from_bytes(data[:4], "little")
-        self.data_records += n
+        records = codec.read_batch(data)
+        self.data_records += len(records)
         self.data_batches += 1
-        pos = 4 + 5 * n
-        training = data[4 + 4 * n:pos]
-        view = memoryview(data)
-        for i, length in enumerate(struct.unpack_from(f"<{n}i", data, 4)):
-            self._line(training[i] == 1, view[pos:pos + length])
-            pos += length
+        line = self._line
+        for train, raw in records:
+            line(train, raw)
 
     def _line(self, train: bool, raw: str | memoryview) -> None:
         """One Kafka record (a JSON object or array of them) to every pipeline.

@@ -177,20 +177,38 @@ def test_no_import_cycle_among_project_modules():
         describe(c, graph, modules) for c in found)
 
 
-@pytest.mark.xfail(strict=False, reason="operators split in progress")
+def _pyflink_lines(path: Path) -> list[int]:
+    """Lines of ``path`` that import PyFlink (module or function level)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return sorted({node.lineno for node in ast.walk(tree)
+                   if isinstance(node, ast.Import) and any(
+                       a.name.split(".")[0] == "pyflink" for a in node.names)
+                   or isinstance(node, ast.ImportFrom) and not node.level
+                   and (node.module or "").split(".")[0] == "pyflink"})
+
+
 def test_no_kernel_module_imports_pyflink():
+    """Not directly, and not through any project module it imports (transitively)."""
+    graph, modules = import_graph(), project_modules()
+    flink = {name for name, path in modules.items() if _pyflink_lines(path)}
     offenders = {}
     for path in KERNEL_MODULES:
-        tree = ast.parse((ROOT / path).read_text(), path)
-        lines = sorted({node.lineno for node in ast.walk(tree)
-                        if isinstance(node, ast.Import) and any(
-                            a.name.split(".")[0] == "pyflink" for a in node.names)
-                        or isinstance(node, ast.ImportFrom) and not node.level
-                        and (node.module or "").split(".")[0] == "pyflink"})
-        if lines:
-            offenders[path] = lines
-    assert not offenders, (f"kernel modules import pyflink (module: lines): {offenders}; "
-                           f"only the Flink hosts {sorted(FLINK_HOSTS)} may")
+        start = module_name(ROOT / path, ROOT)
+        seen, frontier, via = {start}, [start], {start: [start]}
+        while frontier:
+            nxt = []
+            for v in frontier:
+                for w in graph.get(v, {}):
+                    if w not in seen:
+                        seen.add(w)
+                        via[w] = via[v] + [w]
+                        nxt.append(w)
+            frontier = nxt
+        reached = sorted(seen & flink)
+        if reached:
+            offenders[path] = [" → ".join(via[m]) for m in reached]
+    assert not offenders, (f"kernel modules reach pyflink (through): {offenders}; only the "
+                           f"Flink hosts {sorted(FLINK_HOSTS)} may")
 
 
 def test_kernel_modules_cover_middleware_and_operators():

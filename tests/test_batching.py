@@ -11,7 +11,8 @@ import pytest
 from deploy.assets import omldm_jar
 from flink_jobs.config import JobConfig
 from flink_jobs.flink_run import config_from_args, parser
-from operators.spoke_kernel import SpokeKernel, record_batch
+from middleware.codec import record_batch
+from operators.spoke_kernel import SpokeKernel
 
 
 def test_batch_settings_are_checked():

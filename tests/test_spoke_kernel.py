@@ -11,7 +11,8 @@ from middleware import codec
 from operators import hub_kernel as hub_module
 from operators import spoke_kernel as spoke_module
 from operators.hub_kernel import HubKernel
-from operators.spoke_kernel import SpokeKernel, record_batch
+from middleware.codec import record_batch
+from operators.spoke_kernel import SpokeKernel
 
 
 class Wire:

@@ -14,25 +14,19 @@ from __future__ import annotations
 
 import math
 
-from learning.errors import RequestError
+from learning.protocols.easgd import PARAMETERS as EASGD_PARAMETERS
 from learning.protocols.easgd import ElasticAveragingHub, ElasticAveragingSpoke
+from learning.protocols.parameters import Param, ProtocolParams
 
-__all__ = ["AdaptiveSpoke", "AdaptiveHub", "loss_threshold"]
+__all__ = ["AdaptiveSpoke", "AdaptiveHub", "LOSS_THRESHOLD", "PARAMETERS"]
 
-
-def loss_threshold(cfg: dict) -> float:
-    """``trainingConfiguration.lossThreshold`` (summed loss, > 0; default 10).
-
-    Raises
-    ------
-    learning.errors.RequestError
-        ``schema`` when it is not a positive finite number.
-    """
-    t = cfg.get("lossThreshold", 10.0)
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0 or not math.isfinite(t):
-        raise RequestError("schema", f"lossThreshold must be a number > 0, got {t!r}",
-                           "trainingConfiguration.lossThreshold")
-    return float(t)
+#: ``trainingConfiguration.lossThreshold``: the summed loss that triggers an exchange
+LOSS_THRESHOLD = Param("lossThreshold", float, 10.0, "summed training loss since the last "
+                       "exchange that triggers the next", interval="(0, inf)")
+#: Adaptive's declaration: EASGD's and the loss threshold (:mod:`learning.protocols.parameters`)
+PARAMETERS = ProtocolParams(reference="papers/004 §3.5",
+                            params=(*EASGD_PARAMETERS.params, LOSS_THRESHOLD),
+                            rules=EASGD_PARAMETERS.rules)
 
 
 class AdaptiveHub(ElasticAveragingHub):
@@ -46,13 +40,13 @@ class AdaptiveSpoke(ElasticAveragingSpoke):
 
     def __init__(self, request) -> None:
         super().__init__(request)
-        self.threshold = loss_threshold(request.training_configuration)
+        self.threshold = LOSS_THRESHOLD.of(request.training_configuration)
         self._loss_mark = 0.0
         self.periods: list[int] = []  # records between consecutive exchanges
 
     def on_update(self) -> None:
         super().on_update()
-        self.threshold = loss_threshold(self.request.training_configuration)
+        self.threshold = LOSS_THRESHOLD.of(self.request.training_configuration)
 
     def accumulated_loss(self) -> float:
         return self.loss_sum - self._loss_mark

@@ -19,35 +19,38 @@ in flight at a time; nobody waits, so a finite stream cannot leave anyone blocke
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from learning.errors import RequestError
+from learning.protocols.parameters import Param, ProtocolParams, Rule
 from learning.protocols.sharding import ShardedHub, ShardedSpoke
 from middleware import remote
 
-__all__ = ["ElasticAveragingSpoke", "ElasticAveragingHub", "elastic_rate"]
+__all__ = ["ElasticAveragingSpoke", "ElasticAveragingHub", "ALPHA", "RHO", "PARAMETERS",
+           "elastic_rate"]
+
+#: ``trainingConfiguration.alpha``: α of the module docstring
+ALPHA = Param("alpha", float, 0.25, "α, the moving rate of the elastic step",
+              interval="(0, 1]")
+#: ``trainingConfiguration.rho``: ρ of the module docstring
+RHO = Param("rho", float, 1.0, "ρ, the elastic coefficient", interval="(0, inf)")
+#: EASGD's declaration (:mod:`learning.protocols.parameters`)
+PARAMETERS = ProtocolParams(
+    reference="papers/002 §2.2.4, papers/004 §2.3", params=(ALPHA, RHO),
+    rules=(Rule(("alpha", "rho"), "alpha * rho <= 1", lambda a, r: a * r <= 1,
+                "the elastic step would overshoot"),))
 
 
 def elastic_rate(cfg: dict) -> float:
-    """``alpha · rho`` from a training configuration (defaults 0.25 and 1).
+    """``alpha · rho`` of a training configuration (:data:`PARAMETERS`; defaults 0.25, 1).
 
     Raises
     ------
     learning.errors.RequestError
-        ``schema`` (field ``trainingConfiguration.alpha`` or ``.rho``) when a value is not
-        a positive number or the product is not in (0, 1].
+        ``schema`` (field ``trainingConfiguration.alpha`` or ``.rho``) for a value out of
+        its interval or a product above 1.
     """
-    alpha, rho = cfg.get("alpha", 0.25), cfg.get("rho", 1.0)
-    for name, v in (("alpha", alpha), ("rho", rho)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
-            raise RequestError("schema", f"{name} must be a number > 0, got {v!r}",
-                               f"trainingConfiguration.{name}")
-    if alpha * rho > 1:
-        raise RequestError("schema", f"alpha * rho must be <= 1 (the elastic step would "
-                           f"overshoot), got {alpha} * {rho}", "trainingConfiguration.rho")
-    return float(alpha * rho)
+    values = PARAMETERS.of(cfg)
+    return values["alpha"] * values["rho"]
 
 
 class ElasticAveragingHub(ShardedHub):

@@ -56,16 +56,31 @@ from typing import Any
 
 import numpy as np
 
-from learning.errors import RequestError
-from learning.protocols.fda import threshold_of, variant_of
+from learning.protocols.fda import THRESHOLD
+from learning.protocols.parameters import Param, ProtocolParams
 from learning.protocols.sharding import AveragingHub, ShardedSpoke
 from middleware import remote
 
-__all__ = ["EvenFlowSpoke", "EvenFlowHub", "EVENFLOW_VARIANTS", "MONITORED_FUNCTIONS",
+__all__ = ["EvenFlowSpoke", "EvenFlowHub", "EVENFLOW_VARIANTS", "MONITORED_FUNCTIONS", "VARIANT",
+           "COEFFICIENTS", "MONITORED_FUNCTION", "PARAMETERS",
            "top_dft", "lemma1_bound", "kl_divergence", "kl_sphere_max"]
 
 EVENFLOW_VARIANTS = ("basic", "fast")
 MONITORED_FUNCTIONS = ("l2", "kl")
+
+#: ``trainingConfiguration.variant``: the sphere of §III.A or of §III.B
+VARIANT = Param("variant", str, "basic", "basic: the sphere in the full space (§III.A); fast: "
+                "from the top-m DFT coefficients (§III.B)", choices=EVENFLOW_VARIANTS)
+#: ``trainingConfiguration.coefficients``: m of §III.B
+COEFFICIENTS = Param("coefficients", int, 50, "m, the DFT coefficients the fast variant keeps "
+                     "(top-m, §III.B)", interval="[1, 10000000]")
+#: ``trainingConfiguration.monitoredFunction``: f of §III
+MONITORED_FUNCTION = Param("monitoredFunction", str, "l2", "f: l2, the squared L2 distance to "
+                           "the last global model, or kl, KL divergence of the softmaxes (§IV)",
+                           choices=MONITORED_FUNCTIONS)
+#: EVENFLOW's declaration (:mod:`learning.protocols.parameters`); ``threshold`` is T
+PARAMETERS = ProtocolParams(reference="papers/003 §III",
+                            params=(VARIANT, THRESHOLD, COEFFICIENTS, MONITORED_FUNCTION))
 
 
 def top_dft(v: np.ndarray, m: int) -> np.ndarray:
@@ -112,37 +127,6 @@ def kl_sphere_max(w_ref: np.ndarray, centre: np.ndarray, radius: float) -> float
     return f_c + min(math.sqrt(2.0) * radius, float(np.linalg.norm(grad)) * radius + radius ** 2 / 4)
 
 
-def coefficients_of(cfg: dict) -> int:
-    """``trainingConfiguration.coefficients`` (m >= 1, default 50).
-
-    Raises
-    ------
-    learning.errors.RequestError
-        ``schema`` (field ``trainingConfiguration.coefficients``).
-    """
-    m = cfg.get("coefficients", 50)
-    if isinstance(m, bool) or not isinstance(m, (int, float)) or m < 1 or int(m) != m:
-        raise RequestError("schema", f"coefficients must be an integer >= 1, got {m!r}",
-                           "trainingConfiguration.coefficients")
-    return int(m)
-
-
-def function_of(cfg: dict) -> str:
-    """``trainingConfiguration.monitoredFunction`` (default ``l2``).
-
-    Raises
-    ------
-    learning.errors.RequestError
-        ``schema`` (field ``trainingConfiguration.monitoredFunction``).
-    """
-    fn = cfg.get("monitoredFunction", "l2")
-    if fn not in MONITORED_FUNCTIONS:
-        raise RequestError("schema", f"monitoredFunction must be one of "
-                           f"{', '.join(MONITORED_FUNCTIONS)}; got {fn!r}",
-                           "trainingConfiguration.monitoredFunction")
-    return fn
-
-
 class EvenFlowHub(AveragingHub):
     """A shard of the averaging rounds; hub 0 also turns a spoke's request into a
     synchronization of all (``violation`` → ``begin_sync`` to every spoke).
@@ -155,10 +139,9 @@ class EvenFlowHub(AveragingHub):
 
     def __init__(self, request) -> None:
         super().__init__(request)
-        cfg = request.training_configuration
-        self.variant = variant_of(cfg, EVENFLOW_VARIANTS)
-        self.function = function_of(cfg)
-        self.threshold = threshold_of(cfg)
+        values = PARAMETERS.of(request.training_configuration)
+        self.variant, self.function = values["variant"], values["monitoredFunction"]
+        self.threshold = values["threshold"]
         self.ev_round = 0
         self.requests = 0
         self._syncing = False
@@ -192,11 +175,9 @@ class EvenFlowSpoke(ShardedSpoke):
 
     def __init__(self, request) -> None:
         super().__init__(request)
-        cfg = request.training_configuration
-        self.variant = variant_of(cfg, EVENFLOW_VARIANTS)
-        self.function = function_of(cfg)
-        self.threshold = threshold_of(cfg)
-        self.coefficients = coefficients_of(cfg)
+        values = PARAMETERS.of(request.training_configuration)
+        self.variant, self.function = values["variant"], values["monitoredFunction"]
+        self.threshold, self.coefficients = values["threshold"], values["coefficients"]
         self.ev_round = 0
         self.requested = False
         self.in_sync = False
@@ -210,7 +191,7 @@ class EvenFlowSpoke(ShardedSpoke):
 
     def on_update(self) -> None:
         super().on_update()
-        self.threshold = threshold_of(self.request.training_configuration)
+        self.threshold = THRESHOLD.of(self.request.training_configuration)
 
     def sphere_max(self) -> float:
         """The largest value ``f`` can take on this spoke's sphere (an upper bound for

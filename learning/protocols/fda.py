@@ -72,47 +72,31 @@ from typing import Any
 
 import numpy as np
 
-from learning.errors import RequestError
+from learning.protocols.parameters import Param, ProtocolParams
 from learning.protocols.sharding import AveragingHub, ShardedSpoke
 from middleware import BroadcastPromise, Float32, remote
 
 __all__ = ["FunctionalDynamicAveragingSpoke", "FunctionalDynamicAveragingHub", "AmsSketch",
-           "SafeFunction", "safe_function", "FDA_VARIANTS", "EPSILON_PSI"]
+           "SafeFunction", "safe_function", "FDA_VARIANTS", "EPSILON_PSI", "THRESHOLD", "VARIANT",
+           "PRECISION", "PARAMETERS"]
 
 FDA_VARIANTS = ("naive", "linear", "sketch")
 #: a poll that finds F(S) above (1 − EPSILON_PSI)·Θ ends the round
 EPSILON_PSI = 0.01
 
-
-def threshold_of(cfg: dict) -> float:
-    """``trainingConfiguration.threshold`` (Θ or T, > 0, required).
-
-    Raises
-    ------
-    learning.errors.RequestError
-        ``schema`` (field ``trainingConfiguration.threshold``).
-    """
-    t = cfg.get("threshold")
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0 or not math.isfinite(t):
-        raise RequestError("schema", f"protocol {cfg.get('protocol')!r} needs "
-                           f"trainingConfiguration.threshold, a number > 0; got {t!r}",
-                           "trainingConfiguration.threshold")
-    return float(t)
-
-
-def variant_of(cfg: dict, allowed: tuple[str, ...]) -> str:
-    """``trainingConfiguration.variant`` (default ``allowed[0]``).
-
-    Raises
-    ------
-    learning.errors.RequestError
-        ``schema`` (field ``trainingConfiguration.variant``) when not one of ``allowed``.
-    """
-    v = cfg.get("variant", allowed[0])
-    if v not in allowed:
-        raise RequestError("schema", f"variant of {cfg.get('protocol')!r} must be one of "
-                           f"{', '.join(allowed)}; got {v!r}", "trainingConfiguration.variant")
-    return v
+#: ``trainingConfiguration.threshold``: Θ of the RTC (eq. 4.1); EVENFLOW's T shares it
+THRESHOLD = Param("threshold", float, None, "Θ (FDA, model variance, eq. 4.1) or T (EVENFLOW, "
+                  "the monitored function) that ends a round", interval="(0, inf)",
+                  required=True)
+#: ``trainingConfiguration.variant``: the local states S_i and F (§4.0.4)
+VARIANT = Param("variant", str, "naive", "the local state S_i and its function F (§4.0.4)",
+                choices=FDA_VARIANTS)
+#: ``trainingConfiguration.precision``: ε = δ of the AMS sketch
+PRECISION = Param("precision", float, 0.25, "ε = δ of the sketch variant's AMS sketch",
+                  interval="(0, 1)")
+#: FDA's declaration (:mod:`learning.protocols.parameters`)
+PARAMETERS = ProtocolParams(reference="papers/002 ch. 4 (eq. 4.1, §4.0.4–4.0.5)",
+                            params=(VARIANT, THRESHOLD, PRECISION))
 
 
 def sketch_shape(precision: float) -> tuple[int, int]:
@@ -132,21 +116,6 @@ def sketch_dims(size: int, precision: float) -> tuple[int, int, float]:
     if size <= rows * cols:
         return 1, size, 0.0
     return rows, cols, precision
-
-
-def precision_of(cfg: dict) -> float:
-    """``trainingConfiguration.precision`` (ε = δ of the sketch, in (0, 1); default 0.25).
-
-    Raises
-    ------
-    learning.errors.RequestError
-        ``schema`` (field ``trainingConfiguration.precision``).
-    """
-    e = cfg.get("precision", 0.25)
-    if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e < 1:
-        raise RequestError("schema", f"precision must be in (0, 1), got {e!r}",
-                           "trainingConfiguration.precision")
-    return float(e)
 
 
 class AmsSketch:
@@ -283,10 +252,9 @@ class FunctionalDynamicAveragingHub(AveragingHub):
 
     def __init__(self, request) -> None:
         super().__init__(request)
-        cfg = request.training_configuration
-        self.variant = variant_of(cfg, FDA_VARIANTS)
-        self.theta = threshold_of(cfg)
-        self.eps = precision_of(cfg)
+        values = PARAMETERS.of(request.training_configuration)
+        self.variant, self.theta = values["variant"], values["threshold"]
+        self.eps = values["precision"]
         self.fda_round = 0
         self.fgm = 0
         self.sub = 0
@@ -303,7 +271,7 @@ class FunctionalDynamicAveragingHub(AveragingHub):
 
     def update(self, request) -> None:
         super().update(request)
-        self.theta = threshold_of(self.request.training_configuration)
+        self.theta = THRESHOLD.of(self.request.training_configuration)
 
     @remote(oneway=True)
     def increment(self, round_: int, fgm: int, spoke: int, count: int, sub: int = 0) -> None:
@@ -408,10 +376,9 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
 
     def __init__(self, request) -> None:
         super().__init__(request)
-        cfg = request.training_configuration
-        self.variant = variant_of(cfg, FDA_VARIANTS)
-        self.theta = threshold_of(cfg)
-        self.eps = precision_of(cfg)
+        values = PARAMETERS.of(request.training_configuration)
+        self.variant, self.theta = values["variant"], values["threshold"]
+        self.eps = values["precision"]
         self._sketches: dict[int, AmsSketch] = {}
         self.fda_round = 0
         self.increments = 0
@@ -422,7 +389,7 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
 
     def on_update(self) -> None:
         super().on_update()
-        self.theta = threshold_of(self.request.training_configuration)
+        self.theta = THRESHOLD.of(self.request.training_configuration)
 
     # -- local state -----------------------------------------------------------------------
     def delta(self) -> np.ndarray:

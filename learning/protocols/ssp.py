@@ -41,28 +41,19 @@ from typing import Any
 
 import numpy as np
 
-from learning.errors import RequestError
+from learning.protocols.parameters import Param, ProtocolParams
 from learning.protocols.sharding import ShardedHub, ShardedSpoke, weighted_average
 from middleware import Promise, remote
 
-__all__ = ["StaleSynchronousSpoke", "StaleSynchronousHub", "DEFAULT_STALENESS"]
+__all__ = ["StaleSynchronousSpoke", "StaleSynchronousHub", "STALENESS", "PARAMETERS",
+           "DEFAULT_STALENESS"]
 
-DEFAULT_STALENESS = 2
-
-
-def staleness_of(cfg: dict) -> int:
-    """``trainingConfiguration.staleness`` (rounds, >= 0; default 2).
-
-    Raises
-    ------
-    learning.errors.RequestError
-        ``schema`` for a negative or non-integer value.
-    """
-    s = cfg.get("staleness", DEFAULT_STALENESS)
-    if isinstance(s, bool) or not isinstance(s, (int, float)) or s < 0 or int(s) != s:
-        raise RequestError("schema", f"staleness must be an integer >= 0, got {s!r}",
-                           "trainingConfiguration.staleness")
-    return int(s)
+#: ``trainingConfiguration.staleness``: s of the bound ``c − min_j c_j ≤ s`` (rounds)
+STALENESS = Param("staleness", int, 2, "s, rounds a spoke may run ahead of the slowest "
+                  "(0: BSP)", interval="[0, 100000]")
+#: SSP's declaration (:mod:`learning.protocols.parameters`)
+PARAMETERS = ProtocolParams(reference="papers/002 §2.2.3, papers/003 §II.C", params=(STALENESS,))
+DEFAULT_STALENESS = STALENESS.default
 
 
 class StaleSynchronousHub(ShardedHub):
@@ -87,7 +78,7 @@ class StaleSynchronousHub(ShardedHub):
 
     def __init__(self, request) -> None:
         super().__init__(request)
-        self.staleness = staleness_of(request.training_configuration)
+        self.staleness = STALENESS.of(request.training_configuration)
         self.clocks: dict[int, int] = {}
         self.max_lead = 0
         self.held = 0
@@ -96,7 +87,7 @@ class StaleSynchronousHub(ShardedHub):
 
     def update(self, request) -> None:
         super().update(request)
-        self.staleness = staleness_of(self.request.training_configuration)
+        self.staleness = STALENESS.of(self.request.training_configuration)
         self._release()
 
     def min_clock(self) -> int:
@@ -184,7 +175,7 @@ class StaleSynchronousSpoke(ShardedSpoke):
 
     def __init__(self, request) -> None:
         super().__init__(request)
-        self.staleness = staleness_of(request.training_configuration)
+        self.staleness = STALENESS.of(request.training_configuration)
         self.clock = 0
         self.slowest = 0  # the slowest clock the hubs last told us
         self.in_flight = False
@@ -194,7 +185,7 @@ class StaleSynchronousSpoke(ShardedSpoke):
 
     def on_update(self) -> None:
         super().on_update()
-        self.staleness = staleness_of(self.request.training_configuration)
+        self.staleness = STALENESS.of(self.request.training_configuration)
 
     def after_batch(self, n_records: int) -> None:
         self._since += 1

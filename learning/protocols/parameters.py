@@ -1,0 +1,558 @@
+"""Declared parameters of a pipeline's ``trainingConfiguration`` (papers/002 §3.4), in the
+manner of Flink ML's ``pyflink.ml.param``: each one is declared once, as a :class:`Param`
+with its name, type, default, allowed interval or choices and a one-line description.
+
+- :data:`TRAINING_PARAMETERS`: the keys every pipeline has (``protocol``,
+  ``hubParallelism``, ``miniBatchSize``, ``miniBatches``, ``layoutQuorum``, ``aggregation``);
+- each protocol's own, in its module (e.g. :data:`learning.protocols.ssp.PARAMETERS`), as a
+  :class:`ProtocolParams`; :func:`learning.protocols.register_protocol` binds it to the
+  protocol's names with :func:`declare`.
+
+Everything else is derived from these declarations: the one validator of a request's
+``trainingConfiguration`` (:func:`validate_training_configuration`, called by
+:func:`learning.requests.parse_request`), what the nodes read (:meth:`Param.of`,
+:meth:`ProtocolParams.of`), the ``trainingConfiguration`` part of
+``learning/schema/request.schema.json`` (:func:`configuration_schema`) and the Markdown
+table of the README (:func:`parameter_table`).
+
+The registry imports this module, never the other way round: this module imports nothing
+of :mod:`learning.protocols`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from learning.errors import RequestError
+from learning.layout import DEFAULT_QUORUM
+
+__all__ = ["Param", "Rule", "ProtocolParams", "TRAINING_PARAMETERS", "TRAINING_DEFAULTS",
+           "declare", "declared", "generation", "validate_training_configuration",
+           "configuration_schema", "parameter_table"]
+
+_TYPES = {int: ("integer", "an integer"), float: ("number", "a number"),
+          str: ("string", "a string")}
+#: a string parameter without choices is a name: 1 to this many characters
+NAME_LENGTH = 128
+
+
+def _field(name: str) -> str:
+    return f"trainingConfiguration.{name}"
+
+
+def _number(text: str) -> float | None:
+    text = text.strip()
+    return None if text in ("inf", "-inf") else float(text)
+
+
+def _text(v: Any) -> str:
+    """A value as the Markdown table and the messages write it: ``2``, ``0.25``, ``naive``."""
+    if isinstance(v, float):
+        return format(v, "g")
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One ``trainingConfiguration`` key: its declaration and its validator.
+
+    Parameters
+    ----------
+    name : str
+        The JSON key, e.g. ``"staleness"``.
+    type : type
+        ``int`` (JSON integers; ``64.0`` is accepted as ``64``), ``float`` (any finite JSON
+        number, returned as float) or ``str``.
+    default : int, float, str or None
+        The value when the key is absent; None: none (the node decides, or ``required``).
+    description : str
+        One line: what it is, with its unit and the paper's symbol where there is one.
+    interval : str or None
+        Allowed numbers in interval notation, ends ``[`` / ``]`` closed and ``(`` / ``)``
+        open, ``inf`` for no bound: ``"[0, 100000]"``, ``"(0, 1]"``, ``"(0, inf)"``.
+    choices : tuple of str or None
+        The allowed strings. A ``str`` parameter without choices is a name (1 to 128
+        characters).
+    required : bool
+        A Create of a protocol that declares it must give it (``default`` is then None).
+    filled : bool
+        A Create's ``trainingConfiguration`` gets the default written in (the nodes read it
+        unconditionally); only for :data:`TRAINING_PARAMETERS`.
+
+    Raises
+    ------
+    ValueError
+        For a declaration that contradicts itself (an unknown type, a malformed interval,
+        choices of a number, a default that is not allowed).
+
+    Examples
+    --------
+    >>> p = Param("staleness", int, 2, "rounds ahead of the slowest spoke", interval="[0, 100000]")
+    >>> p.of({}), p.of({"staleness": 5.0}), p.allowed()
+    (2, 5, 'an integer in [0, 100000]')
+    >>> p.validate(-1)
+    Traceback (most recent call last):
+    ...
+    learning.errors.RequestError: staleness must be an integer in [0, 100000], got -1
+    """
+
+    name: str
+    type: type
+    default: Any
+    description: str
+    interval: str | None = None
+    choices: tuple[str, ...] | None = None
+    required: bool = False
+    filled: bool = False
+
+    def __post_init__(self) -> None:
+        if self.type not in _TYPES:
+            raise ValueError(f"{self.name}: type must be int, float or str, got {self.type!r}")
+        if self.interval is not None:
+            if self.type is str:
+                raise ValueError(f"{self.name}: a string has no interval")
+            lo, hi = self.bounds()
+            if lo is not None and hi is not None and lo > hi:
+                raise ValueError(f"{self.name}: empty interval {self.interval}")
+        if self.choices is not None and self.type is not str:
+            raise ValueError(f"{self.name}: only a string has choices")
+        if self.required and self.default is not None:
+            raise ValueError(f"{self.name}: a required parameter has no default")
+        if self.default is not None:
+            try:
+                typed = self.validate(self.default)
+            except RequestError as e:
+                raise ValueError(f"default: {e}") from None
+            if type(typed) is not type(self.default):
+                raise ValueError(f"{self.name}: default {self.default!r} is not of type "
+                                 f"{self.type.__name__}")
+
+    # -- the declaration -------------------------------------------------------------------
+    def bounds(self) -> tuple[float | None, float | None]:
+        """``(low, high)`` of :attr:`interval`, None for an unbounded end."""
+        if self.interval is None:
+            return None, None
+        text = self.interval.strip()
+        if text[:1] not in "[(" or text[-1:] not in "])" or text.count(",") != 1:
+            raise ValueError(f"{self.name}: interval must look like '[0, 1)', got {text!r}")
+        lo, hi = (_number(part) for part in text[1:-1].split(","))
+        return lo, hi
+
+    def _open(self) -> tuple[bool, bool]:
+        text = self.interval.strip()
+        return text[0] == "(", text[-1] == ")"
+
+    def allowed(self) -> str:
+        """What is allowed, in words: ``an integer in [0, 100000]``, ``a number > 0``,
+        ``one of naive, linear, sketch``."""
+        if self.choices is not None:
+            return f"one of {', '.join(self.choices)}"
+        kind = _TYPES[self.type][1]
+        if self.type is str:
+            return f"a name of 1 to {NAME_LENGTH} characters"
+        lo, hi = self.bounds()
+        if lo is None and hi is None:
+            return kind
+        lo_open, hi_open = self._open()
+        if hi is None:
+            return f"{kind} {'>' if lo_open else '>='} {_text(self._typed(lo))}"
+        if lo is None:
+            return f"{kind} {'<' if hi_open else '<='} {_text(self._typed(hi))}"
+        return (f"{kind} in {'(' if lo_open else '['}{_text(self._typed(lo))}, "
+                f"{_text(self._typed(hi))}{')' if hi_open else ']'}")
+
+    @staticmethod
+    def _typed(bound: float) -> int | float:
+        """An integral bound as an int (``0``, not ``0.0``, in messages and the schema)."""
+        return int(bound) if float(bound).is_integer() else bound
+
+    def schema(self, description: str | None = None) -> dict:
+        """The JSON Schema (draft 2020-12) of the value; ``description`` replaces the
+        declared one (None: the declared one)."""
+        out: dict[str, Any] = {"description": self.description if description is None
+                               else description, "type": _TYPES[self.type][0]}
+        if self.choices is not None:
+            out["enum"] = list(self.choices)
+        elif self.type is str:
+            out.update(minLength=1, maxLength=NAME_LENGTH)
+        else:
+            lo, hi = self.bounds()
+            lo_open, hi_open = self._open() if self.interval is not None else (False, False)
+            if lo is not None:
+                out["exclusiveMinimum" if lo_open else "minimum"] = self._typed(lo)
+            if hi is not None:
+                out["exclusiveMaximum" if hi_open else "maximum"] = self._typed(hi)
+        if self.default is not None:
+            out["default"] = self.default
+        return out
+
+    # -- validation ------------------------------------------------------------------------
+    def error(self, value: Any) -> RequestError:
+        """``RequestError("schema", "<name> must be <allowed>, got <value>")`` for field
+        ``trainingConfiguration.<name>``."""
+        return RequestError("schema", f"{self.name} must be {self.allowed()}, got {value!r}",
+                            _field(self.name))
+
+    def validate(self, value: Any) -> int | float | str:
+        """``value`` as this parameter's type.
+
+        Raises
+        ------
+        learning.errors.RequestError
+            ``schema`` (field ``trainingConfiguration.<name>``) when ``value`` is not of the
+            type or not allowed; a message naming the parameter, the value and what is
+            allowed.
+        """
+        if self.type is str:
+            if not isinstance(value, str) or not 1 <= len(value) <= NAME_LENGTH \
+                    or (self.choices is not None and value not in self.choices):
+                raise self.error(value)
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or (self.type is int and not float(value).is_integer()):
+            raise self.error(value)
+        typed = self.type(value)
+        lo, hi = self.bounds()
+        if lo is not None or hi is not None:
+            lo_open, hi_open = self._open()
+            if (lo is not None and (typed <= lo if lo_open else typed < lo)) or \
+                    (hi is not None and (typed >= hi if hi_open else typed > hi)):
+                raise self.error(value)
+        return typed
+
+    def of(self, cfg: Mapping[str, Any]) -> Any:
+        """This parameter's value in a ``trainingConfiguration``: the given value validated,
+        else the default.
+
+        Raises
+        ------
+        learning.errors.RequestError
+            ``schema`` as :meth:`validate`, or when a ``required`` parameter is missing.
+        """
+        value = cfg.get(self.name)
+        if value is None:
+            if self.required:
+                raise RequestError("schema", f"protocol {cfg.get('protocol')!r} needs "
+                                   f"{_field(self.name)}, {self.allowed()}", _field(self.name))
+            return self.default
+        return self.validate(value)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A condition on several parameters of one protocol, e.g. EASGD's ``alpha * rho <= 1``.
+
+    Parameters
+    ----------
+    params : tuple of str
+        The parameters it reads, in the order ``holds`` takes them; the last is blamed
+        (the error's field).
+    text : str
+        The condition as written in the docs and messages.
+    holds : callable
+        ``holds(*values) -> bool``.
+    reason : str
+        Why, for the message (optional).
+    """
+
+    params: tuple[str, ...]
+    text: str
+    holds: Callable[..., bool]
+    reason: str = ""
+
+    def check(self, values: Mapping[str, Any]) -> None:
+        """Raise ``RequestError("schema")`` (field: the last parameter) when the rule fails;
+        a rule with a parameter missing from ``values`` is not checked."""
+        if any(values.get(p) is None for p in self.params):
+            return
+        if not self.holds(*(values[p] for p in self.params)):
+            got = ", ".join(f"{p} = {values[p]!r}" for p in self.params)
+            why = f" ({self.reason})" if self.reason else ""
+            raise RequestError("schema", f"{self.text} must hold{why}, got {got}",
+                               _field(self.params[-1]))
+
+
+@dataclass(frozen=True)
+class ProtocolParams:
+    """What a protocol declares about its ``trainingConfiguration``: its own parameters (the
+    keys of :data:`TRAINING_PARAMETERS` are every protocol's), the rules between them, and
+    for the docs its standard abbreviation and the papers it follows.
+
+    Parameters
+    ----------
+    reference : str
+        Paper sections and equations, e.g. ``"papers/002 §2.2.3, papers/003 §II.C"``.
+    params : tuple of Param
+    rules : tuple of Rule
+    term : str
+        The standard abbreviation when it is not the protocol's name, e.g. ``"TAP"``.
+
+    Raises
+    ------
+    ValueError
+        Two parameters of the same name, or a rule over an undeclared parameter.
+    """
+
+    reference: str = ""
+    params: tuple[Param, ...] = ()
+    rules: tuple[Rule, ...] = ()
+    term: str = ""
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"parameters declared twice: {names}")
+        for rule in self.rules:
+            if not set(rule.params) <= set(names):
+                raise ValueError(f"rule {rule.text!r} reads undeclared parameters")
+
+    def __getitem__(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return any(p.name == name for p in self.params)
+
+    def of(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """Every declared parameter's value (:meth:`Param.of`), the rules checked.
+
+        Raises
+        ------
+        learning.errors.RequestError
+            ``schema``, as :meth:`Param.of` and :meth:`Rule.check`.
+        """
+        values = {p.name: p.of(cfg) for p in self.params}
+        for rule in self.rules:
+            rule.check(values)
+        return values
+
+    def describe(self, p: Param) -> str:
+        """``p``'s description, with the rules that blame it and whether a Create must
+        give it."""
+        rules = [r.text for r in self.rules if r.params[-1] == p.name]
+        required = ["required in a Create"] if p.required else []
+        return "; ".join([p.description, *rules, *required])
+
+
+#: The keys of every pipeline's ``trainingConfiguration`` (papers/002 §3.4).
+TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
+    Param("protocol", str, "Asynchronous", "the synchronization protocol, a registered name "
+          "(learning.protocols.PROTOCOLS)", filled=True),
+    Param("hubParallelism", int, 1, "hubs the global model is sharded over (hub j owns the "
+          "j-th contiguous shard)", interval="[1, 64]", filled=True),
+    Param("miniBatchSize", int, 64, "records a spoke fits at once", interval="[1, 100000]",
+          filled=True),
+    Param("miniBatches", int, 4, "mini-batches between a spoke's synchronizations",
+          interval="[1, 100000]", filled=True),
+    Param("layoutQuorum", int, DEFAULT_QUORUM, "records that must agree (a strict majority of "
+          "all spokes' votes) before an undeclared layout is fixed; held until then",
+          interval="[2, 100000]"),
+    Param("aggregation", str, None, "how hubs fold spokes' work into the global model: average "
+          "(papers/003 eq. 2; EASGD/Adaptive: the elastic step) or sum of deltas (papers/002 "
+          "§2.1, beta = 1); default per learner", choices=("average", "sum")),
+))
+
+#: Written into the ``trainingConfiguration`` of a Create request where missing.
+TRAINING_DEFAULTS = MappingProxyType({p.name: p.default for p in TRAINING_PARAMETERS.params
+                                      if p.filled})
+
+_DECLARED: dict[str, ProtocolParams] = {}
+_generation = [0]
+
+
+def declare(name: str, params: ProtocolParams) -> None:
+    """Bind protocol ``name`` to its declaration (:func:`learning.protocols.register_protocol`
+    calls it); a later call for the same name replaces the declaration.
+
+    Raises
+    ------
+    ValueError
+        When the protocol declares a key of :data:`TRAINING_PARAMETERS`.
+    """
+    common = [p.name for p in params.params if p.name in TRAINING_PARAMETERS]
+    if common:
+        raise ValueError(f"protocol {name!r} redeclares common parameters {common}")
+    _DECLARED[name] = params
+    _generation[0] += 1
+
+
+def declared() -> Mapping[str, ProtocolParams]:
+    """Protocol name → its declaration, in registration order (a read-only view)."""
+    return MappingProxyType(_DECLARED)
+
+
+def generation() -> int:
+    """Counts :func:`declare` calls: what is derived from :func:`declared` is stale once it
+    changed."""
+    return _generation[0]
+
+
+def _groups(table: Mapping[str, ProtocolParams]) -> list[tuple[list[str], ProtocolParams]]:
+    """The declarations with all the names each is registered under, in order."""
+    out: list[tuple[list[str], ProtocolParams]] = []
+    for name, decl in table.items():
+        for names, d in out:
+            if d is decl:
+                names.append(name)
+                break
+        else:
+            out.append(([name], decl))
+    return out
+
+
+def validate_training_configuration(given: Mapping[str, Any] | None, *, create: bool,
+                                    table: Mapping[str, ProtocolParams] | None = None) -> dict:
+    """The one validator of a request's ``trainingConfiguration``: typed values, for the
+    protocol it names.
+
+    Parameters
+    ----------
+    given : mapping or None
+        The request's ``trainingConfiguration`` (None: empty).
+    create : bool
+        True for a Create: the defaults of :data:`TRAINING_DEFAULTS` are filled in, the
+        protocol's required parameters must be given and its rules hold. False for an
+        Update, which names only what it changes: the keys given are checked against the
+        protocol it names, or, when it names none (the pipeline's protocol is not known
+        here), against any protocol declaring them; the nodes check the rest
+        (:meth:`ProtocolParams.of`).
+    table : mapping or None
+        Protocol name → declaration; None: :func:`declared`.
+
+    Returns
+    -------
+    dict
+        The given keys with typed values (``64.0`` → ``64``, ``1`` → ``1.0`` for a float),
+        plus for a Create the filled defaults. A protocol's own defaults are not written in.
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``schema``, field ``trainingConfiguration.<key>``: an undeclared key, a value of the
+        wrong type or out of its interval or choices, a missing required parameter, a broken
+        rule. The protocol's name itself is not checked here (see
+        :func:`learning.requests.parse_request`).
+    """
+    table = declared() if table is None else table
+    given = dict(given or {})
+    out = {**TRAINING_DEFAULTS} if create else {}
+    for key, value in given.items():
+        if key in TRAINING_PARAMETERS:
+            out[key] = TRAINING_PARAMETERS[key].validate(value)
+    own = table.get(out.get("protocol")) if "protocol" in out else None
+    if own is not None:
+        if create:  # every parameter, the required ones and the rules
+            values = own.of({**given, "protocol": out["protocol"]})
+        else:
+            values = {p.name: p.validate(given[p.name]) for p in own.params if p.name in given}
+            for rule in own.rules:
+                rule.check(values)
+        out.update((k, v) for k, v in values.items() if k in given)
+    for key, value in given.items():
+        if key in out:
+            continue
+        candidates = [d[key] for _, d in _groups(table) if key in d]
+        if not candidates:
+            allowed = sorted({p.name for p in TRAINING_PARAMETERS.params}
+                             | {p.name for d in table.values() for p in d.params})
+            raise RequestError("schema", f"unknown key {_field(key)!r}; allowed here: "
+                               f"{', '.join(allowed)}", _field(key))
+        for p in candidates:
+            try:
+                out[key] = p.validate(value)
+                break
+            except RequestError:
+                continue
+        else:
+            raise candidates[0].error(value)
+    return out
+
+
+def configuration_schema(table: Mapping[str, ProtocolParams] | None = None) -> dict:
+    """The JSON Schema (draft 2020-12) of ``trainingConfiguration``: every declared key
+    (a key several protocols declare differently allows what any of them allows), and for
+    those protocols, under ``allOf``, what each allows itself. Required parameters and
+    rules are in the descriptions: a Create enforces them, an Update need not repeat them.
+
+    Parameters
+    ----------
+    table : mapping or None
+        Protocol name → declaration; None: :func:`declared`.
+    """
+    table = declared() if table is None else table
+    props = {p.name: p.schema() for p in TRAINING_PARAMETERS.params}
+    uses: dict[str, list[tuple[list[str], ProtocolParams, Param]]] = {}
+    for names, decl in _groups(table):
+        for p in decl.params:
+            uses.setdefault(p.name, []).append((names, decl, p))
+    for key, group in uses.items():
+        kinds: list[dict] = []
+        texts: dict[str, list[str]] = {}  # description → the protocols that declare it so
+        for names, decl, p in group:
+            s = p.schema()
+            s.pop("description")
+            if s not in kinds:
+                kinds.append(s)
+            texts.setdefault(decl.describe(p), []).extend(names)
+        text = "; ".join(f"{', '.join(names)}: {t}" for t, names in texts.items())
+        props[key] = {"description": text, **kinds[0]} if len(kinds) == 1 else \
+            {"description": text, "anyOf": kinds}
+    own = []  # where protocols declare a key differently: what each allows itself
+    for names, decl in _groups(table):
+        differ = {p.name: p.schema(decl.describe(p)) for p in decl.params
+                  if "anyOf" in props[p.name]}
+        if differ:
+            own.append({"if": {"properties": {"protocol": {"enum": names}},
+                               "required": ["protocol"]},
+                        "then": {"properties": differ}})
+    out: dict[str, Any] = {
+        "description": "Generated from the declarations of learning.protocols.parameters "
+                       "(learning.requests.write_schema); do not edit by hand.",
+        "type": ["object", "null"], "additionalProperties": False, "properties": props}
+    if own:
+        out["allOf"] = own
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def parameter_table(table: Mapping[str, ProtocolParams] | None = None) -> str:
+    """The Markdown table of every ``trainingConfiguration`` parameter: first those of every
+    pipeline, then each protocol's (its names, its papers, one row per parameter). The
+    README's table is this output (``tests/test_protocol_parameters.py`` checks it).
+
+    Parameters
+    ----------
+    table : mapping or None
+        Protocol name → declaration; None: :func:`declared`.
+
+    Returns
+    -------
+    str
+        The table, one row per line, ending with a newline.
+    """
+    table = declared() if table is None else table
+    rows = ["| protocol | parameter | default | allowed | meaning | source |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    groups = [(["every protocol"], TRAINING_PARAMETERS), *(
+        ([f"`{n}`" for n in names], d) for names, d in _groups(table))]
+    for names, decl in groups:
+        who = ", ".join(names) + (f" ({decl.term})" if decl.term else "")
+        if not decl.params:
+            rows.append(f"| {who} | — | | | | {_cell(decl.reference)} |")
+        for i, p in enumerate(decl.params):
+            default = "required" if p.required else ("—" if p.default is None
+                                                    else f"`{_text(p.default)}`")
+            allowed = "; ".join([p.allowed(), *(r.text for r in decl.rules
+                                                if r.params[-1] == p.name)])
+            first = i == 0
+            rows.append(f"| {who if first else ''} | `{p.name}` | {default} | {_cell(allowed)} | "
+                        f"{_cell(p.description)} | {_cell(decl.reference) if first else ''} |")
+    return "\n".join(rows) + "\n"
