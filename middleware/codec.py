@@ -254,17 +254,15 @@ def header(data: bytes) -> Header:
 
 
 def peek(data: bytes) -> Route:
-    """``Route(network, src_side, src_index, dst_side, dst_index)`` from the header alone.
+    """``Route(network, src_side, src_index, dst_side, dst_index)`` from the header alone
+    (the first fields of :func:`header`).
 
     Raises
     ------
     CodecError
         When ``data`` is not an envelope.
     """
-    if len(data) < HEADER.size or data[0] != MAGIC:
-        raise CodecError(f"not an envelope ({len(data)} bytes)")
-    _, _, network, ss, si, ds, di, *_ = HEADER.unpack_from(data)
-    return Route(network, ss, si, ds, di)
+    return Route._make(header(data)[:5])
 
 
 def decode(data: bytes) -> Envelope:

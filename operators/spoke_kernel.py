@@ -58,8 +58,8 @@ class SpokeContext:
         self.max_message_bytes = op.max_message_bytes
         self.max_response_params = op.limits["max_response_params"]
         self.pauses = 0  # calls this pipeline's stream waits on (then_sync)
-        # this pipeline's records that arrived while it was paused: (training?, record)
-        # records that arrived while paused: (training?, record), or (None, fn) from feed()
+        # this pipeline's records that arrived while it was paused: (training?, record),
+        # or (None, fn) from feed()
         self.backlog: deque[tuple[bool | None, Any]] = deque()
 
     def send(self, dst_index: int, data: bytes) -> None:
