@@ -208,3 +208,28 @@ def test_a_lost_one_way_message_to_a_spoke_that_waits_on_nothing_is_sent_again(m
         w.spokes[0].acknowledge(0, 0, force=True)
         w.pump()
     assert w.hub.resent == resent and all(not p for p in w.hub.unacked.values())
+
+
+def test_the_in_process_kernel_hosts_the_jobs_kernels():
+    """``operators.local.LocalNetwork`` runs the job's own kernels: a Create request, records
+    in batches (one malformed), a Query, over a transport that shuffles and duplicates
+    messages; every record is fitted once, the bad one dead-lettered, duplicates dropped."""
+    from operators.local import LocalNetwork
+
+    net = LocalNetwork(n_spokes=3, n_hubs=2, network=0, shuffle=True, duplicate=0.2, seed=5)
+    assert all(isinstance(k, SpokeKernel) for k in net.spoke_kernels)
+    assert all(isinstance(k, HubKernel) for k in net.hub_kernels)
+    req = create(0, "Synchronous")
+    req["trainingConfiguration"]["hubParallelism"] = 2
+    req["learner"]["parameters"]["classes"] = [0, 1]
+    net.request(req)
+    assert net.outputs["responses"][-1]["status"] == "ok"
+    for i in range(60):
+        net.records(i % 3, [(True, record(i))] + ([(True, b"{not json")] if i == 7 else []))
+        net.run()
+    net.request({"id": 0, "request": "Query", "requestId": "q"})
+    answer = net.outputs["responses"][-1]
+    assert answer["requestId"] == "q" and answer["fitted"] == 60 and answer["rejected"] == 1
+    assert [d["code"] for d in net.outputs["deadLetters"]] == ["not_json"]
+    assert sum(s.stats.duplicates for s in net.spokes + net.hubs) > 0 and net.dropped == 0
+    assert not any(net.paused(i) for i in range(3))
