@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from learning.errors import HyperparameterError, RequestError
 from learning.pipeline import Pipeline
+from learning.protocols.parameters import validate_training_configuration
 
 if TYPE_CHECKING:  # a type only: learning.requests imports the protocols, which import this
     from learning.requests import Request
@@ -72,8 +73,10 @@ def apply_update(current: Request, update: Request, pipeline: Pipeline) -> Reque
     Raises
     ------
     RequestError
-        ``invalid_hyperparameter`` (field names it) or ``unsupported`` (replacing the
-        learner, the preprocessor chain, the protocol or the hub count); nothing changed.
+        ``invalid_hyperparameter`` (field names it), ``unsupported`` (replacing the
+        learner, the preprocessor chain, the protocol or the hub count) or ``schema`` (the
+        training configuration, merged with the update, breaks a declared parameter or
+        rule, e.g. EASGD's α·ρ ≤ 1: :mod:`learning.protocols.parameters`); nothing changed.
     """
     changes = [(c, {k: v for k, v in kw.items() if v is not None}, where)
                for c, kw, where in _changes(current, update, pipeline)]
@@ -85,6 +88,12 @@ def apply_update(current: Request, update: Request, pipeline: Pipeline) -> Reque
             raise RequestError("invalid_hyperparameter", str(exc),
                                f"{where}.hyperParameters" + (f".{name}" if name else ""),
                                update.request_id) from None
+    config = {**current.training_configuration, **update.training_configuration}
+    try:  # the running configuration as it would be, checked whole: all or nothing
+        validate_training_configuration(config, create=True)
+    except RequestError as exc:
+        exc.request_id = update.request_id
+        raise
     for component, kw, _ in changes:
         if kw:
             component.update_hyperparameters(**kw)
@@ -92,5 +101,4 @@ def apply_update(current: Request, update: Request, pipeline: Pipeline) -> Reque
     learner["hyperParameters"] = pipeline.learner.hyperparameters()
     pre = [dict(spec, hyperParameters=p.hyperparameters())
            for spec, p in zip(current.pre_processors, pipeline.preprocessors)]
-    config = {**current.training_configuration, **update.training_configuration}
     return replace(current, learner=learner, pre_processors=pre, training_configuration=config)

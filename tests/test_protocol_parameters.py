@@ -325,3 +325,26 @@ def test_any_module_can_be_imported_first(first):
             f"print(parse_request({doc!r}).training_configuration['staleness'])")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr[-2000:]
+
+
+def test_an_update_that_breaks_a_rule_once_merged_is_refused_whole():
+    """EASGD at α = 0.25: an Update of ρ alone to 8 breaks α·ρ ≤ 1 only with the running
+    α. It is answered with the rule's error and nothing changes, the learner's C included
+    (through the job's kernels, in process)."""
+    from operators.local import LocalNetwork
+
+    net = LocalNetwork(n_spokes=2, n_hubs=1, network=3)
+    net.request({"id": 3, "request": "Create", "learner": {"name": "PA", "hyperParameters": {"C": 0.01}},
+                 "trainingConfiguration": {"protocol": "EASGD", "alpha": 0.25, "rho": 1.0}})
+    assert net.outputs["responses"][-1]["status"] == "ok"
+    net.request({"id": 3, "request": "Update", "requestId": "u",
+                 "learner": {"hyperParameters": {"C": 0.5}}, "trainingConfiguration": {"rho": 8.0}})
+    answer = net.outputs["responses"][-1]
+    assert answer["requestId"] == "u" and answer["status"] == "error"
+    assert answer["error"]["field"] == "trainingConfiguration.rho"
+    for node in net.spokes + net.hubs:
+        assert node.request.training_configuration["rho"] == 1.0
+    assert all(s.pipeline.learner.hyperparameters()["C"] == 0.01 for s in net.spokes)
+    net.request({"id": 3, "request": "Update", "requestId": "v", "trainingConfiguration": {"rho": 2.0}})
+    assert net.outputs["responses"][-1]["status"] == "ok"
+    assert all(n.request.training_configuration["rho"] == 2.0 for n in net.spokes + net.hubs)
