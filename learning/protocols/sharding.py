@@ -77,6 +77,7 @@ import numpy as np
 
 from learning.errors import RequestError
 from learning.protocols.base import PipelineHub, PipelineSpoke
+from learning.protocols.parameters import TRAINING_PARAMETERS
 from learning.registry import make_preprocessor
 from middleware import BroadcastPromise, remote
 
@@ -94,8 +95,9 @@ REPORT_METHOD = "report"
 SERVICE_METHODS = frozenset((REPORT_METHOD, "vote", "settle", "agreed"))
 
 
-#: the rules of ``trainingConfiguration.aggregation`` (see the module docstring)
-AGGREGATIONS = ("average", "sum")
+#: the rules of ``trainingConfiguration.aggregation`` (see the module docstring), as declared
+#: in :data:`learning.protocols.parameters.TRAINING_PARAMETERS`
+AGGREGATIONS = TRAINING_PARAMETERS["aggregation"].choices
 
 #: learner class name → its default aggregation rule, chosen by measurement (the README's
 #: learning-quality table); learners not named here average. In-process kernel, 4 spokes,
@@ -120,10 +122,7 @@ def aggregation_of(cfg: dict, learner: Any) -> str:
     rule = cfg.get("aggregation")
     if rule is None:
         return DEFAULT_AGGREGATION.get(type(learner).__name__, "average")
-    if rule not in AGGREGATIONS:
-        raise RequestError("schema", f"aggregation must be one of {', '.join(AGGREGATIONS)}; "
-                           f"got {rule!r}", "trainingConfiguration.aggregation")
-    return rule
+    return TRAINING_PARAMETERS["aggregation"].validate(rule)
 
 
 def shard_bounds(size: int, m: int) -> list[tuple[int, int]]:
