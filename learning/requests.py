@@ -30,9 +30,10 @@ import jsonschema
 import orjson
 
 from learning.errors import RequestError
-from learning.protocols.parameters import (TRAINING_DEFAULTS, ProtocolParams,
-                                           configuration_schema, declared, generation,
-                                           validate_training_configuration)
+from learning.protocols.parameters import (TRAINING_DEFAULTS, TRAINING_PARAMETERS,
+                                           ProtocolParams, configuration_schema, declared,
+                                           generation, validate_training_configuration)
+from learning.scaling import check_scaling
 
 __all__ = ["Request", "parse_request", "REQUEST_TYPES", "TRAINING_DEFAULTS", "SCHEMA_PATH",
            "request_schema", "write_schema"]
@@ -250,7 +251,12 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
         - ``unknown_protocol`` (field ``trainingConfiguration.protocol``);
         - ``unknown_learner``, ``unknown_preprocessor``, ``invalid_hyperparameter``,
           ``invalid_parameter`` (from :mod:`learning.registry`) for Create, and for
-          Update where it names a learner or preprocessors.
+          Update where it names a learner or preprocessors;
+        - ``unsupported_pairing`` for Create: a learner that cannot be averaged with a
+          synchronizing protocol (:func:`learning.registry.check_pairing`), or
+          ``scaling`` ``learning-rate`` / ``both`` for a learner without a step size
+          (:func:`learning.scaling.check_scaling`; an Update is checked by
+          :func:`learning.update.apply_update`, which knows the running learner).
 
         Its ``request_id`` holds the request's ``requestId`` whenever the message was a
         JSON object with a scalar ``requestId``.
@@ -286,10 +292,12 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
             for i, spec in enumerate(pre_processors):
                 if kind == "Create" or spec.get("name") is not None:
                     make_preprocessor(spec, i)
+            built = None
             if learner is not None and (kind == "Create" or learner.get("name") is not None):
-                make_learner(learner)
+                built = make_learner(learner)
             if kind == "Create":
                 check_pairing(learner, config["protocol"])
+                check_scaling(built, TRAINING_PARAMETERS["scaling"].of(config), learner["name"])
         except RequestError as e:
             e.request_id = request_id
             raise

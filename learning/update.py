@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from learning.errors import HyperparameterError, RequestError
 from learning.pipeline import Pipeline
-from learning.protocols.parameters import validate_training_configuration
+from learning.protocols.parameters import TRAINING_PARAMETERS, validate_training_configuration
+from learning.scaling import check_scaling
 
 if TYPE_CHECKING:  # a type only: learning.requests imports the protocols, which import this
     from learning.requests import Request
@@ -74,23 +75,32 @@ def apply_update(current: Request, update: Request, pipeline: Pipeline) -> Reque
     ------
     RequestError
         ``invalid_hyperparameter`` (field names it), ``unsupported`` (replacing the
-        learner, the preprocessor chain, the protocol or the hub count) or ``schema`` (the
+        learner, the preprocessor chain, the protocol or the hub count), ``schema`` (the
         training configuration, merged with the update, breaks a declared parameter or
-        rule, e.g. EASGD's α·ρ ≤ 1: :mod:`learning.protocols.parameters`); nothing changed.
+        rule, e.g. EASGD's α·ρ ≤ 1: :mod:`learning.protocols.parameters`) or
+        ``unsupported_pairing`` (``scaling`` ``learning-rate`` / ``both`` with the learner
+        as it would be having no step size, e.g. PA switched to mode 0:
+        :func:`learning.scaling.check_scaling`); nothing changed.
     """
     changes = [(c, {k: v for k, v in kw.items() if v is not None}, where)
                for c, kw, where in _changes(current, update, pipeline)]
+    would_be = pipeline.learner  # the learner with the update's hyperparameters
     for component, kw, where in changes:  # dry run on clones: all or nothing
         try:
-            component.clone().update_hyperparameters(**kw)
+            clone = component.clone()
+            clone.update_hyperparameters(**kw)
         except HyperparameterError as exc:
             name = getattr(exc, "name", None)
             raise RequestError("invalid_hyperparameter", str(exc),
                                f"{where}.hyperParameters" + (f".{name}" if name else ""),
                                update.request_id) from None
+        if component is pipeline.learner:
+            would_be = clone
     config = {**current.training_configuration, **update.training_configuration}
     try:  # the running configuration as it would be, checked whole: all or nothing
         validate_training_configuration(config, create=True)
+        check_scaling(would_be, TRAINING_PARAMETERS["scaling"].of(config),
+                      current.learner.get("name"))
     except RequestError as exc:
         exc.request_id = update.request_id
         raise

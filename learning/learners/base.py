@@ -125,6 +125,10 @@ class Learner(Component, abc.ABC):
     #: ``pybind11::detail::get_local_internals``); river's trees hang likewise. Kernels that
     #: embed Python refuse them; PyFlink's process mode runs them.
     needs_own_interpreter: ClassVar[bool] = False
+    #: The factor this learner's step size runs at (:meth:`set_step_scale`); not a
+    #: hyperparameter: :meth:`hyperparameters`, :meth:`clone` and :meth:`to_json` keep the
+    #: declared step size, and a clone or a learner read from JSON runs at 1.
+    step_scale: float = 1.0
 
     # --- required verbs -----------------------------------------------------------------
 
@@ -219,6 +223,50 @@ class Learner(Component, abc.ABC):
             loss_sum = float("nan")
         self.fit(X, y)
         return predictions, loss_sum
+
+    def step_size(self) -> str | None:
+        """The hyperparameter that sets this learner's step size, as it is configured now
+        (e.g. ``"learning_rate"``, or PA-I's step cap ``"C"``): what
+        ``trainingConfiguration.scaling`` ``learning-rate`` divides by the number of spokes
+        (papers/001_00243469e12aa123.txt §II-C, eq. 4; :mod:`learning.scaling`). None, this
+        default, for a learner that takes no step set by a hyperparameter of its own
+        (closed-form solutions, trees, k-means' ``1/count``)."""
+        return None
+
+    def effective_step_size(self) -> float | None:
+        """The step size the learner runs at: the :meth:`step_size` hyperparameter times
+        :attr:`step_scale`; None without one."""
+        name = self.step_size()
+        return None if name is None else float(getattr(self, name)) * self.step_scale
+
+    def set_step_scale(self, factor: float) -> None:
+        """Take steps ``factor`` times the declared step size from now on (papers/001
+        §II-C, eq. 4: ``α_w = α / n`` on ``n`` spokes); the declared hyperparameter is left
+        as it is, and a later :meth:`update_hyperparameters` of it keeps the factor.
+
+        Parameters
+        ----------
+        factor : float, > 0
+
+        Raises
+        ------
+        ValueError
+            If ``factor`` is not a positive finite number.
+        NotImplementedError
+            If ``factor`` is not 1 and the learner has no :meth:`step_size`.
+        """
+        factor = float(factor)
+        if not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"factor must be a number > 0, got {factor!r}")
+        if factor != 1.0 and self.step_size() is None:
+            raise NotImplementedError(f"{type(self).__name__} has no step-size hyperparameter")
+        if factor != self.step_scale:
+            self.step_scale = factor
+            self._on_step_scale()
+
+    def _on_step_scale(self) -> None:
+        """Hook: refresh what is derived from the effective step size (e.g. an optimizer's
+        learning rate); learners that read it at each step need nothing."""
 
     def layout(self) -> dict:
         """JSON-safe description of what the entries of :meth:`get_params` mean."""

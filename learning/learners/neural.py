@@ -179,9 +179,9 @@ class _TorchClassifier(Learner):
 
         params = self._params()
         if self.optimizer == "adam":
-            return torch.optim.Adam(params, lr=self.learning_rate,
+            return torch.optim.Adam(params, lr=self.effective_step_size(),
                                     weight_decay=self.weight_decay)
-        return torch.optim.SGD(params, lr=self.learning_rate, momentum=self.momentum,
+        return torch.optim.SGD(params, lr=self.effective_step_size(), momentum=self.momentum,
                                weight_decay=self.weight_decay)
 
     def update_hyperparameters(self, **kw: Any) -> None:
@@ -201,11 +201,19 @@ class _TorchClassifier(Learner):
                                           f"trains; mutable: {', '.join(self._MUTABLE)}")
         super().update_hyperparameters(**kw)
 
+    def step_size(self) -> str:
+        """``"learning_rate"``, the optimizer's α (papers/001 §II-C eq. 4 divides it by the
+        number of spokes under ``trainingConfiguration.scaling`` ``learning-rate``)."""
+        return "learning_rate"
+
+    def _on_step_scale(self) -> None:
+        self._on_hyperparameters()
+
     def _on_hyperparameters(self) -> None:
         if self._opt is None:
             return
         for group in self._opt.param_groups:
-            group["lr"] = self.learning_rate
+            group["lr"] = self.effective_step_size()
             group["weight_decay"] = self.weight_decay
             if "momentum" in group:
                 group["momentum"] = self.momentum
@@ -559,6 +567,9 @@ class MLP(_TorchClassifier):
     activation : {"relu", "tanh", "sigmoid"}
     optimizer : {"sgd", "adam"}
     learning_rate : float, > 0
+        The optimizer's α, the :meth:`step_size`: on ``n`` spokes with
+        ``trainingConfiguration.scaling`` ``learning-rate`` each runs at ``α / n``
+        (papers/001 §II-C, eq. 4; :mod:`learning.scaling`).
     loss_function : {"cross_entropy", "multi_margin"}
     weight_decay : float, >= 0
         L2 penalty (torch's ``weight_decay``).

@@ -47,6 +47,11 @@ class PARegressor(LinearRegressor):
     ----------
     C : float, > 0
         Aggressiveness: the step cap (PA-I) or the slack penalty (PA-II). Unused by PA.
+        It is the :meth:`step_size` of modes 1 and 2: on ``n`` spokes with
+        ``trainingConfiguration.scaling`` ``learning-rate`` they run at ``C / n``, the
+        analogue of papers/001 §II-C eq. 4's ``α / n`` (PA-I: every step the cap binds is
+        divided by ``n``; PA-II: every step shrinks, ``τ ≤ 2 C l / n``; see
+        :mod:`learning.scaling`). Mode 0 has no step-size hyperparameter.
     mode : {0, 1, 2}
         0 = PA, 1 = PA-I, 2 = PA-II.
     eps : float, >= 0
@@ -99,6 +104,11 @@ class PARegressor(LinearRegressor):
         check_bool("learn_intercept", learn_intercept)
         self._init_model()
 
+    def step_size(self) -> str | None:
+        """``"C"`` in modes 1 (PA-I, the step cap) and 2 (PA-II); None in mode 0, whose step
+        ``l / ‖x‖²`` no hyperparameter sets (see ``C`` above)."""
+        return "C" if self.mode in (1, 2) else None
+
     def _learn(self, X: np.ndarray, t: np.ndarray, X_test: np.ndarray | None,
                want_predictions: bool) -> list:
         """The per-record loop: the only place the model is updated. Returns the
@@ -116,7 +126,7 @@ class PARegressor(LinearRegressor):
             XT[:, :d] = X_test
         sq = np.einsum("ij,ij->i", X, X).tolist()
         targets = t.tolist()
-        C, mode, eps = float(self.C), self.mode, float(self.eps)
+        C, mode, eps = float(self.C) * self.step_scale, self.mode, float(self.eps)
         half_C = 0.5 / C
         wb = self._wb
         predictions = [0.0] * n

@@ -57,6 +57,11 @@ class PAClassifier(LinearClassifier):
     ----------
     C : float, > 0
         Aggressiveness: the step cap (PA-I) or the slack penalty (PA-II). Unused by PA.
+        It is the :meth:`step_size` of modes 1 and 2: on ``n`` spokes with
+        ``trainingConfiguration.scaling`` ``learning-rate`` they run at ``C / n``, the
+        analogue of papers/001 §II-C eq. 4's ``α / n`` (PA-I: every step the cap binds is
+        divided by ``n``; PA-II: every step shrinks, ``τ ≤ 2 C l / n``; see
+        :mod:`learning.scaling`). Mode 0 has no step-size hyperparameter.
     mode : {0, 1, 2}
         0 = PA, 1 = PA-I, 2 = PA-II.
     learn_intercept : bool
@@ -105,13 +110,18 @@ class PAClassifier(LinearClassifier):
         check_bool("learn_intercept", learn_intercept)
         self._init_model()
 
+    def step_size(self) -> str | None:
+        """``"C"`` in modes 1 (PA-I, the step cap) and 2 (PA-II); None in mode 0, whose step
+        ``l / ‖x‖²`` no hyperparameter sets (see ``C`` above)."""
+        return "C" if self.mode in (1, 2) else None
+
     def _stream(self, X: np.ndarray, labels: list, X_test: np.ndarray | None,
                 want_predictions: bool) -> tuple[list | None, float]:
         """One PA step per record (see :meth:`LinearClassifier._stream`)."""
         n, d = X.shape
         XA, XU = self._augmented(X, X_test)  # (n, 1|2, d+1) as learned/predicted; steps
         sq = np.einsum("ij,ij->i", X, X).tolist()
-        C, mode = float(self.C), self.mode
+        C, mode = float(self.C) * self.step_scale, self.mode
         half_C = 0.5 / C
         index = self._labels
         yidx = index.rows(labels)

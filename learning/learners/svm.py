@@ -57,7 +57,10 @@ class OnlineSVM(LinearClassifier):
     ----------
     lam : float, > 0
         The regularization λ of ``λ/2 ‖[W | b]‖²`` (per class-row pair, see above);
-        the step is ``1/(λ t)``.
+        the step is ``1/(λ t)``. λ is not a step size: it also sets the objective and the
+        projection radius, so this learner has no :meth:`step_size` and refuses
+        ``trainingConfiguration.scaling`` ``learning-rate`` (papers/001 §II-C eq. 4;
+        :mod:`learning.scaling`).
     projection : bool
         Whether to project after each step onto the ball that holds the optimum
         (``‖v‖ ≤ 1/√λ`` for the binary ``v``; optional in Pegasos, it tames early steps).

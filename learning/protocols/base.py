@@ -19,7 +19,9 @@ from learning.errors import RequestError
 from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, decide, declared_layout,
                              inspect_record, vote_counter, vote_list)
 from learning.pipeline import Pipeline
+from learning.protocols.parameters import TRAINING_PARAMETERS
 from learning.registry import make_learner, make_pipeline, make_preprocessor
+from learning.scaling import describe, scale_learner, spoke_mini_batch_size
 from learning.update import apply_update
 from middleware import Node, remote
 
@@ -114,8 +116,13 @@ class PipelineSpoke(Node):
     Parameters
     ----------
     request : learning.requests.Request
-        The Create request; ``trainingConfiguration.miniBatchSize`` (records) and
-        ``miniBatches`` (mini-batches per synchronization) are read from it.
+        The Create request; ``trainingConfiguration.miniBatchSize`` (records),
+        ``miniBatches`` (mini-batches per synchronization) and ``scaling`` are read from
+        it. Once attached to a network of ``n`` spokes, the spoke fits mini-batches of
+        ``max(1, round(miniBatchSize / n))`` records under ``scaling`` ``batch`` or
+        ``both``, and its learner steps at ``1 / n`` of its declared step size under
+        ``learning-rate`` or ``both`` (papers/001_00243469e12aa123.txt §II-C, eq. 3 and 4;
+        :mod:`learning.scaling`).
 
     Statistics (records): ``fitted``, ``predicted`` (forecasting records answered),
     ``rejected``, ``correct`` (prequential hits), ``loss_sum`` (sum of per-record losses);
@@ -126,7 +133,8 @@ class PipelineSpoke(Node):
         super().__init__()
         self.request = request
         cfg = request.training_configuration
-        self.mini_batch_size = int(cfg["miniBatchSize"])
+        self.scaling = TRAINING_PARAMETERS["scaling"].of(cfg)
+        self.mini_batch_size = int(cfg["miniBatchSize"])  # per spoke once attached
         self.mini_batches = int(cfg["miniBatches"])
         self.pipeline = _build_pipeline(request)
         learner = self.pipeline.learner
@@ -152,6 +160,33 @@ class PipelineSpoke(Node):
     def n_features(self) -> int | None:
         """The pipeline's record width (None while its layout is pending)."""
         return self.layout.n_features
+
+    def attach(self, ctx) -> None:
+        """As :meth:`Node.attach`; then the mini-batch and the learner's step are scaled to
+        the network's ``n_spokes`` (:meth:`configure`)."""
+        super().attach(ctx)
+        self.configure()
+
+    def configure(self) -> None:
+        """Read mini-batching and ``scaling`` from ``self.request`` and scale for this
+        pipeline's ``n`` spokes (papers/001 §II-C): ``mini_batch_size`` becomes
+        ``max(1, round(miniBatchSize / n))`` records under ``batch`` / ``both`` (eq. 3),
+        and the learner steps at ``1 / n`` of its declared step size under
+        ``learning-rate`` / ``both`` (eq. 4); its declared hyperparameters stay as given.
+
+        Raises
+        ------
+        RequestError
+            ``unsupported_pairing`` for step-size scaling of a learner without a step size
+            (a request validated by :func:`learning.requests.parse_request` and
+            :func:`learning.update.apply_update` never gets here with one).
+        """
+        cfg = self.request.training_configuration
+        n = self.ctx.n_spokes
+        self.scaling = TRAINING_PARAMETERS["scaling"].of(cfg)
+        self.mini_batch_size = spoke_mini_batch_size(int(cfg["miniBatchSize"]), self.scaling, n)
+        self.mini_batches = int(cfg["miniBatches"])
+        scale_learner(self.pipeline.learner, self.scaling, n)
 
     # -- stream --------------------------------------------------------------------------
     def on_record(self, train: bool, rec: dict) -> None:
@@ -384,15 +419,14 @@ class PipelineSpoke(Node):
         """
         stripped, layout = relayout_of(request, self.layout, self._task, self._supervised)
         self.request = apply_update(self.request, stripped, self.pipeline)
-        cfg = self.request.training_configuration
-        self.mini_batch_size = int(cfg["miniBatchSize"])
-        self.mini_batches = int(cfg["miniBatches"])
         if layout is not None:
             self.request = with_layout(self.request, layout)
             if needs_reset(self.pipeline.learner, layout):
                 self._X, self._y = [], []
                 self.pipeline = _build_pipeline(self.request)
                 self.on_relayout()
+        self.configure()  # mini-batching and scaling, for the new pipeline too
+        if layout is not None:
             self.install_layout(layout)
         self.on_update()
 
@@ -410,6 +444,7 @@ class PipelineSpoke(Node):
             "batches": self.batches, "fitErrors": self.fit_errors, "lastError": self.last_error,
             "held": len(self.ctx.backlog), "layoutHeld": len(self._held),
             "layout": self.layout.to_json(), "network": self.stats.to_json(),
+            "scaling": describe(self.pipeline.learner, self.scaling, self.mini_batch_size),
         }
 
 
@@ -526,6 +561,8 @@ class PipelineHub(Node):
             "bytesToSpokes": sum(n["bytes_received"] for n in net),
             "duplicatesDropped": sum(n["duplicates_dropped"] for n in net),
         })
+        # what the spokes ran (learning.scaling): the same on every spoke
+        proto.update(spokes[0]["scaling"])
         return {
             "requestId": request_id, "id": self.request.id, "request": "Query", "status": "ok",
             "fitted": fitted, "fittedPerSpoke": [s["fitted"] for s in spokes],

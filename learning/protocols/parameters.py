@@ -3,7 +3,8 @@ manner of Flink ML's ``pyflink.ml.param``: each one is declared once, as a :clas
 with its name, type, default, allowed interval or choices and a one-line description.
 
 - :data:`TRAINING_PARAMETERS`: the keys every pipeline has (``protocol``,
-  ``hubParallelism``, ``miniBatchSize``, ``miniBatches``, ``layoutQuorum``, ``aggregation``);
+  ``hubParallelism``, ``miniBatchSize``, ``miniBatches``, ``layoutQuorum``, ``aggregation``,
+  ``scaling``: :mod:`learning.scaling`);
 - each protocol's own, in its module (e.g. :data:`learning.protocols.ssp.PARAMETERS`), as a
   :class:`ProtocolParams`; :func:`learning.protocols.register_protocol` binds it to the
   protocol's names with :func:`declare`.
@@ -345,8 +346,8 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
           "(learning.protocols.PROTOCOLS)", filled=True),
     Param("hubParallelism", int, 1, "hubs the global model is sharded over (hub j owns the "
           "j-th contiguous shard)", interval="[1, 64]", filled=True),
-    Param("miniBatchSize", int, 64, "records a spoke fits at once", interval="[1, 100000]",
-          filled=True),
+    Param("miniBatchSize", int, 64, "records a spoke fits at once (scaling batch or both: "
+          "all spokes together, B of papers/001 eq. 3)", interval="[1, 100000]", filled=True),
     Param("miniBatches", int, 4, "mini-batches between a spoke's synchronizations",
           interval="[1, 100000]", filled=True),
     Param("layoutQuorum", int, DEFAULT_QUORUM, "records that must agree (a strict majority of "
@@ -355,6 +356,10 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
     Param("aggregation", str, None, "how hubs fold spokes' work into the global model: average "
           "(papers/003 eq. 2; EASGD/Adaptive: the elastic step) or sum of deltas (papers/002 "
           "§2.1, beta = 1); default per learner", choices=("average", "sum")),
+    Param("scaling", str, "none", "what n spokes divide (papers/001 §II-C): batch: "
+          "miniBatchSize is the global B, a spoke fits max(1, round(B/n)) (eq. 3); "
+          "learning-rate: the learner's step size / n (eq. 4; learning_rate, PA's C); both",
+          choices=("none", "batch", "learning-rate", "both")),  # learning.scaling runs them
 ))
 
 #: Written into the ``trainingConfiguration`` of a Create request where missing.
