@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from flink_jobs.config import JobConfig, Topics
+from flink_jobs.config import JobConfig, Topics, add_sharding_arguments, sharding_settings
 from flink_jobs.connection import KafkaConnection
 
 __all__ = ["main", "build_request"]
@@ -58,7 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
                        progress=not args.no_progress,
                        checkpoint_interval_ms=args.checkpoint_interval_ms,
                        exactly_once_outputs=args.exactly_once_outputs,
-                       max_batch_delay_ms=args.max_batch_delay_ms)
+                       max_batch_delay_ms=args.max_batch_delay_ms, **sharding_settings(args))
     print(orjson.dumps(summary).decode(), flush=True)
     return 0
 
@@ -97,7 +97,7 @@ def _serve(args: argparse.Namespace) -> int:
                        protocol_modules=tuple(args.protocol_module or ()),
                        checkpoint_interval_ms=args.checkpoint_interval_ms,
                        exactly_once_outputs=args.exactly_once_outputs,
-                       max_batch_delay_ms=args.max_batch_delay_ms)
+                       max_batch_delay_ms=args.max_batch_delay_ms, **sharding_settings(args))
     session = Session(cfg, "omldm-serve")
     try:
         session.start()
@@ -356,6 +356,9 @@ def _parser() -> argparse.ArgumentParser:
                             "batched in Java for at most this many ms (default "
                             f"{JobConfig.max_batch_delay_ms}; 0: one record per crossing)")
 
+    def sharding(p: argparse.ArgumentParser) -> None:
+        add_sharding_arguments(p)
+
     def exactly_once(p: argparse.ArgumentParser) -> None:
         p.add_argument("--exactly-once-outputs", action="store_true",
                        help="write predictions, responses and deadLetters in Kafka transactions "
@@ -377,6 +380,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="checkpoint every N ms (default 0: off)")
     exactly_once(demo)
     batching(demo)
+    sharding(demo)
 
     serve = command("serve", "run the job as a service on a local MiniCluster", _serve)
     serve.add_argument("--embedded-broker", action="store_true",
@@ -393,6 +397,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="checkpoint every N ms (default 0: off)")
     exactly_once(serve)
     batching(serve)
+    sharding(serve)
 
     req = command("request", "send a request; --wait prints its response", _request)
     req.add_argument("kind", choices=("create", "update", "delete", "query"))

@@ -3,11 +3,13 @@ check that names the setting, the value and what is allowed."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field, fields
 
 from flink_jobs.connection import KafkaConnection
+from operators.sharding import SHARDINGS
 
-__all__ = ["Topics", "JobConfig"]
+__all__ = ["Topics", "JobConfig", "add_sharding_arguments", "sharding_settings"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,21 @@ class JobConfig:
         1,000 records, 58,000–64,000 records/s and 35–50 ms p50).
     max_batch_bytes : int
         A batch leaves when its records hold this many bytes.
+    sharding : str
+        Which spoke gets each data record (papers/001 §III; :mod:`operators.sharding`):
+        ``"random"`` (the default: a uniform draw in the source's SQL), ``"round-robin"``
+        (dealt in turn), ``"stratified"`` (round-robin within each label, §III-A),
+        ``"distribution-aware"`` (PCA + k-means clusters dealt round-robin, sparse
+        clusters to every spoke, §III-B; runs in a Python operator before the spokes) or
+        ``"partition"`` (the Kafka partition modulo the spokes). All but ``random`` and
+        ``partition`` need the Java record batcher (``max_batch_delay_ms`` > 0).
+    sharding_warmup : int
+        ``distribution-aware``: training records the PCA/k-means model is learned on.
+    sharding_clusters : int
+        ``distribution-aware``: k-means clusters; 0: twice the labels seen in the warm-up.
+    sharding_refresh : int
+        ``distribution-aware``: learn the model again every this many training records
+        (on the latest ``sharding_warmup``); 0: never.
     startup_mode : str
         Where sources start: ``"earliest-offset"`` or ``"latest-offset"`` (the Flink SQL
         Kafka connector's ``scan.startup.mode``; also used for the DataStream sources).
@@ -132,6 +149,10 @@ class JobConfig:
     max_batch_delay_ms: int = 1
     max_batch_records: int = 1000
     max_batch_bytes: int = 1 << 20
+    sharding: str = "random"
+    sharding_warmup: int = 1000
+    sharding_clusters: int = 0
+    sharding_refresh: int = 0
     startup_mode: str = "earliest-offset"
     group_id: str = "omldm"
     max_request_bytes: int = 1_000_000
@@ -176,8 +197,44 @@ class JobConfig:
                      "checkpoint_interval_ms", "max_batch_delay_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("sharding_clusters", "sharding_refresh"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.sharding_warmup < 2:
+            raise ValueError(f"sharding_warmup must be >= 2, got {self.sharding_warmup}")
+        if self.sharding not in SHARDINGS:
+            raise ValueError(f"sharding must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
+        if self.sharding not in ("random", "partition") and self.max_batch_delay_ms == 0:
+            raise ValueError(f"sharding {self.sharding!r} deals records in omldm's Java record "
+                             f"batcher: set max_batch_delay_ms > 0 (--max-batch-delay-ms), or "
+                             f"use random or partition sharding")
         if self.execution_mode not in ("thread", "process"):
             raise ValueError(f"execution_mode must be 'thread' or 'process', got {self.execution_mode!r}")
         if self.startup_mode not in ("earliest-offset", "latest-offset"):
             raise ValueError(f"startup_mode must be 'earliest-offset' or 'latest-offset', "
                              f"got {self.startup_mode!r}")
+
+
+def add_sharding_arguments(p: argparse.ArgumentParser) -> None:
+    """``--sharding`` and its options (:attr:`JobConfig.sharding`), for ``omldm demo/serve``
+    and ``flink_run.py``."""
+    p.add_argument("--sharding", choices=SHARDINGS, default=JobConfig.sharding,
+                   help="which spoke gets each data record (papers/001): random (default), "
+                        "round-robin, stratified (round-robin within each label), "
+                        "distribution-aware (PCA + k-means clusters) or partition (the Kafka "
+                        "partition modulo the spokes)")
+    p.add_argument("--sharding-warmup", type=int, default=JobConfig.sharding_warmup,
+                   help="distribution-aware: training records the clusters are learned on "
+                        f"(default {JobConfig.sharding_warmup})")
+    p.add_argument("--sharding-clusters", type=int, default=JobConfig.sharding_clusters,
+                   help="distribution-aware: k-means clusters (default 0: twice the labels "
+                        "seen in the warm-up)")
+    p.add_argument("--sharding-refresh", type=int, default=JobConfig.sharding_refresh,
+                   help="distribution-aware: learn the clusters again every N training "
+                        "records (default 0: never)")
+
+
+def sharding_settings(args: argparse.Namespace) -> dict:
+    """The :class:`JobConfig` fields that :func:`add_sharding_arguments`' options set."""
+    return {"sharding": args.sharding, "sharding_warmup": args.sharding_warmup,
+            "sharding_clusters": args.sharding_clusters, "sharding_refresh": args.sharding_refresh}

@@ -21,7 +21,7 @@ import sys
 if __package__ in (None, ""):  # run as a script by flink run: make the packages importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from flink_jobs.config import JobConfig, Topics  # noqa: E402
+from flink_jobs.config import JobConfig, Topics, add_sharding_arguments, sharding_settings  # noqa: E402
 from flink_jobs.connection import KafkaConnection  # noqa: E402
 
 __all__ = ["parser", "config_from_args", "main"]
@@ -57,6 +57,7 @@ def parser() -> argparse.ArgumentParser:
                         "0: one record per crossing, and the omldm jar is not needed)")
     p.add_argument("--max-batch-records", type=int, default=JobConfig.max_batch_records,
                    help=f"records per batch at most (default {JobConfig.max_batch_records})")
+    add_sharding_arguments(p)
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
                    help="register omldm's Flink metrics (counters and gauges per pipeline)")
     return p
@@ -84,7 +85,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
                      topics=Topics(**{f: prefix + v for f, v in Topics().__dict__.items()}),
                      protocol_modules=tuple(args.protocol_module), metrics=args.metrics,
                      max_batch_delay_ms=args.max_batch_delay_ms,
-                     max_batch_records=args.max_batch_records)
+                     max_batch_records=args.max_batch_records, **sharding_settings(args))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,6 @@
 """Building the omldm Flink job (papers/002 Fig. 3.4)::
 
-    training ┐ SQL Kafka source: topic tag + spoke key ─ batcher ─ key by spoke ┐
+    training ┐ SQL Kafka source: tag + spoke key ─ batcher [─ shard] ─ by spoke ┐
     forecasting┘                                                     ├─ connect ─ spokes (KeyedCoProcess) ─ predictions
     requests ─ Kafka source ─ one copy per spoke key ─┐              │              │ side: to hubs, responses,
     psMessages ─ Kafka source ─ destination's key ────┴─ key by spoke┘              │       dead letters
@@ -8,12 +8,16 @@
     hubs ─ psMessages (the feedback loop, read back above); hubs ─ responses
 
 Records cross from the JVM into Python once, at the spokes: SQL tags each record with the
-topic it came from (the Kafka connector's ``topic`` metadata column) and draws its spoke's
-key (``RAND_INTEGER``); ``omldm.RecordBatcher`` (Java, ``flink_jobs/java``, chained to the
-source) groups each spoke's records into one batch per crossing (``max_batch_delay_ms``,
-``max_batch_records``, ``max_batch_bytes``; flushed before checkpoint barriers); and the
-stream is keyed by that column in Java (PyFlink's own ``KeyByKeySelector``, without the
-Python key-adding operator ``key_by`` would put in front).
+topic it came from (the Kafka connector's ``topic`` metadata column) and picks its spoke's
+key (``cfg.sharding``, :mod:`operators.sharding`: ``RAND_INTEGER`` for ``random``, the
+``partition`` metadata column for ``partition``); ``omldm.RecordBatcher`` (Java,
+``flink_jobs/java``, chained to the source) deals the records for ``round-robin`` and
+``stratified`` (the label read by ``JSON_VALUE``) and groups each spoke's records into one
+batch per crossing (``max_batch_delay_ms``, ``max_batch_records``, ``max_batch_bytes``;
+flushed before checkpoint barriers); and the stream is keyed by that column in Java
+(PyFlink's own ``KeyByKeySelector``, without the Python key-adding operator ``key_by`` would
+put in front). ``distribution-aware`` sharding adds one Python operator before the spokes
+(:mod:`operators.shard`, parallelism 1, one crossing per batch).
 Spokes are keyed so that their whole state lives in Flink keyed state and survives
 failures (checkpoints) and upgrades (savepoints). Only the low-volume message paths run
 Python before the spokes.
@@ -42,6 +46,7 @@ from middleware.codec import Wire
 from middleware.errors import CodecError
 from operators.hub import HubFunction
 from operators.routing import MAX_PARALLELISM, hub_keys
+from operators.shard import ShardFunction
 from operators.spoke import SpokeFunction
 
 __all__ = ["create_environment", "build_job"]
@@ -177,6 +182,28 @@ class _ToSpokes:
                 yield Row(key, data)
 
 
+#: shardings dealt in Java (``omldm.RecordBatcher``) and in Python (:mod:`operators.shard`);
+#: ``random`` and ``partition`` are computed in the source's SQL
+JAVA_SHARDINGS = ("round-robin", "stratified")
+PYTHON_SHARDINGS = ("distribution-aware",)
+
+
+def _shard_key(cfg: JobConfig, spoke_keys: list[int]) -> str:
+    """The SQL expression of a record's spoke key (papers/001 §III): a uniform draw, the
+    Kafka partition modulo the spokes, or, where Java or Python deals, spoke 0's key."""
+    keys = f"ARRAY[{', '.join(map(str, spoke_keys))}]"
+    if cfg.sharding == "random":
+        return f"{keys}[RAND_INTEGER({cfg.spokes}) + 1]"
+    if cfg.sharding == "partition":
+        return f"{keys}[MOD(`partition`, {cfg.spokes}) + 1]"
+    return str(spoke_keys[0])
+
+
+def _sharding_options(cfg: JobConfig) -> dict:
+    return {"warmup": cfg.sharding_warmup, "clusters": cfg.sharding_clusters,
+            "refresh": cfg.sharding_refresh}
+
+
 def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "omldm") -> None:
     """Add the omldm topology to ``env`` (run it with ``env.execute``/``execute_async``).
 
@@ -195,10 +222,11 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
     security = "".join(f",\n            'properties.{k}' = '{v.replace(chr(39), chr(39) * 2)}'"
                        for k, v in cfg.connection.java_properties().items())
     batched = cfg.max_batch_delay_ms > 0
+    partition = ",\n            `partition` INT METADATA VIRTUAL" if cfg.sharding == "partition" else ""
     t_env.execute_sql(f"""
         CREATE TEMPORARY TABLE {table} (
             `v` {"BYTES" if batched else "STRING"},
-            `topic` STRING METADATA VIRTUAL
+            `topic` STRING METADATA VIRTUAL{partition}
         ) WITH (
             'connector' = 'kafka',
             'topic' = '{t.training};{t.forecasting}',
@@ -209,23 +237,39 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
             'value.format' = 'raw'{security}
         )""")
     spoke_keys = hub_keys(cfg.spokes)  # the key that lands on spoke subtask i, for each i
-    key = f"ARRAY[{', '.join(map(str, spoke_keys))}][RAND_INTEGER({cfg.spokes}) + 1]"
+    key = _shard_key(cfg, spoke_keys)
     bytes_type = Types.PRIMITIVE_ARRAY(Types.BYTE())
     if batched:  # one crossing per batch: omldm.RecordBatcher (flink_jobs/java)
+        columns = [Types.INT(), Types.BOOLEAN(), bytes_type]
+        label = ""
+        if cfg.sharding == "stratified":  # the stratum, read in the JVM
+            label, columns = ", JSON_VALUE(CAST(`v` AS STRING), '$.label') AS s", columns + [Types.STRING()]
         rows = t_env.to_append_stream(
-            t_env.sql_query(f"SELECT {key} AS k, `topic` <> '{t.forecasting}' AS t, `v` FROM {table}"),
-            Types.ROW([Types.INT(), Types.BOOLEAN(), bytes_type]))
-        batcher_class = get_gateway().jvm.omldm.RecordBatcher
+            t_env.sql_query(f"SELECT {key} AS k, `topic` <> '{t.forecasting}' AS t, `v`{label} "
+                            f"FROM {table}"), Types.ROW(columns))
+        gateway = get_gateway()
+        batcher_class = gateway.jvm.omldm.RecordBatcher
         if not isinstance(batcher_class, JavaClass):  # py4j's JavaPackage: not on the classpath
             raise RuntimeError(
                 "omldm.RecordBatcher is not on the job's classpath: pass omldm's jar (python -c "
                 "'from deploy.assets import omldm_jar; print(omldm_jar())') like the connector "
                 "jars (flink run -C file://…, or JobConfig.jars), or set max_batch_delay_ms=0 "
                 "(--max-batch-delay-ms 0)")
-        batcher = batcher_class(cfg.max_batch_delay_ms, cfg.max_batch_records, cfg.max_batch_bytes)
+        java_keys = gateway.new_array(gateway.jvm.int, len(spoke_keys))
+        for i, k in enumerate(spoke_keys):
+            java_keys[i] = k
+        batcher = batcher_class(cfg.max_batch_delay_ms, cfg.max_batch_records, cfg.max_batch_bytes,
+                                cfg.sharding if cfg.sharding in JAVA_SHARDINGS else "keyed",
+                                java_keys)
+        keyed_bytes_type = Types.ROW([Types.INT(), bytes_type])
         batches = DataStream(rows._j_data_stream.transform(
-            "batch-records", Types.ROW([Types.INT(), bytes_type]).get_java_type_info(), batcher)
-            .uid("batch-records"))
+            "batch-records", keyed_bytes_type.get_java_type_info(), batcher).uid("batch-records"))
+        if cfg.sharding in PYTHON_SHARDINGS:  # every batch through one Python sharder
+            batches = (_keyed(batches, bytes_type)
+                       .process(ShardFunction(spoke_keys, cfg.sharding, _sharding_options(cfg),
+                                              cfg.persist_state, cfg.metrics),
+                                output_type=keyed_bytes_type)
+                       .name("shard").uid("shard").set_parallelism(1))
         data = _keyed(batches, bytes_type)
     else:
         tagged = t_env.sql_query(

@@ -57,6 +57,7 @@ from middleware.codec import Wire
 from middleware.envelope import HUB, SPOKE
 from middleware.node import Node
 from operators.hub_kernel import HubKernel
+from operators.sharding import Sharder, make_sharder
 from operators.spoke_kernel import HUBS, SpokeKernel
 
 __all__ = ["LocalNetwork"]
@@ -116,6 +117,12 @@ class LocalNetwork:
     reraise : bool
         Let a node's failure (a handler or callback raising) propagate out of
         :meth:`run` after the kernel counted it (the job logs it and goes on).
+    sharding : str or Sharder
+        How :meth:`stream` deals records to spokes: a strategy of
+        :data:`operators.sharding.SHARDINGS` (built with ``seed`` and
+        ``sharding_options``: ``warmup``, ``clusters``, ``refresh``), or a sharder.
+    sharding_options : dict, optional
+        Options of :func:`operators.sharding.make_sharder`.
 
     Attributes
     ----------
@@ -124,6 +131,8 @@ class LocalNetwork:
     outputs : collections.defaultdict[str, list]
         What the kernels sent out, decoded from JSON, per stream: ``"predictions"``,
         ``"responses"``, ``"deadLetters"``.
+    sharder : operators.sharding.Sharder
+        The sharding of :meth:`stream` (its ``stats()`` count what it dealt).
     delivered : int
         Node messages handed to kernels (envelopes, frames carrying one, and anything
         else a node sent), duplicates included; the kernels' own bookkeeping
@@ -132,7 +141,8 @@ class LocalNetwork:
     Raises
     ------
     ValueError
-        For ``duplicate`` outside [0, 1), or no nodes and no ``n_spokes``/``n_hubs``.
+        For ``duplicate`` outside [0, 1), no nodes and no ``n_spokes``/``n_hubs``, or an
+        unknown sharding.
     middleware.errors.RemoteInterfaceError
         When a node cannot attach (its class has no ``peer``).
     """
@@ -140,7 +150,8 @@ class LocalNetwork:
     def __init__(self, spokes: list[Node] | None = None, hubs: list[Node] | None = None,
                  network: int = 0, *, n_spokes: int | None = None, n_hubs: int | None = None,
                  shuffle: bool = False, duplicate: float = 0.0, seed: int = 0,
-                 limits: dict | None = None, reraise: bool = True) -> None:
+                 limits: dict | None = None, reraise: bool = True,
+                 sharding: str | Sharder = "random", sharding_options: dict | None = None) -> None:
         if not 0.0 <= duplicate < 1.0:
             raise ValueError(f"duplicate must be in [0, 1), got {duplicate}")
         k = len(spokes) if spokes else n_spokes
@@ -148,6 +159,8 @@ class LocalNetwork:
         if not k or not m:
             raise ValueError("give spokes and hubs, or n_spokes and n_hubs")
         self.network = network
+        self.sharder = sharding if isinstance(sharding, Sharder) else make_sharder(
+            sharding, k, seed=seed, **(sharding_options or {}))
         self.shuffle = shuffle
         self.duplicate = duplicate
         self.seed = seed
@@ -218,6 +231,19 @@ class LocalNetwork:
         self.spoke_kernels[spoke_index].on_batch(codec.record_batch(
             (train, rec if isinstance(rec, bytes) else orjson.dumps(rec))
             for train, rec in records))
+
+    def stream(self, records: Iterable[tuple[bool, bytes | dict]],
+               partitions: list[int] | None = None) -> None:
+        """Data records as they come from the Kafka topics (``(training?, value)``, a dict
+        being JSON-encoded here; ``partitions``: each one's Kafka partition), dealt to the
+        spokes by :attr:`sharder` as the job deals them, each spoke's share as one batch in
+        arrival order, then :meth:`run`."""
+        items = [(train, rec if isinstance(rec, bytes) else orjson.dumps(rec))
+                 for train, rec in records]
+        for i, share in enumerate(self.sharder.shard(items, partitions)):
+            if share:
+                self.records(i, share)
+        self.run()
 
     # -- transport -----------------------------------------------------------------------
     def _put(self, side: int, index: int, data: bytes) -> None:

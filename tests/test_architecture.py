@@ -21,9 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the project's top-level packages (``benchmarks/`` is a folder of scripts, no __init__)
 PACKAGES = ("learning", "middleware", "operators", "flink_jobs", "deploy", "benchmarks")
 
-#: The thin Flink hosts of the kernels (``operators/spoke_kernel.py``, ``hub_kernel.py``): the
-#: only modules of ``operators/`` that may import PyFlink.
-FLINK_HOSTS: frozenset[str] = frozenset({"operators/spoke.py", "operators/hub.py"})
+#: The thin Flink hosts of the kernels (``operators/spoke_kernel.py``, ``hub_kernel.py``) and of
+#: the sharders (``operators/sharding.py``): the only modules of ``operators/`` that may
+#: import PyFlink.
+FLINK_HOSTS: frozenset[str] = frozenset({"operators/spoke.py", "operators/hub.py",
+                                         "operators/shard.py"})
 
 #: Modules that must run without PyFlink installed (DESIGN.md: "middleware knows nothing of
 #: Flink"; the kernels are plain Python, hosted by Flink or by the in-process kernel).

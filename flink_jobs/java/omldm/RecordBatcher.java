@@ -3,10 +3,17 @@ package omldm;
 import java.io.ByteArrayOutputStream;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 
 import org.apache.flink.api.common.operators.ProcessingTimeService.ProcessingTimeCallback;
+import org.apache.flink.api.common.state.ListState;
+import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.runtime.state.StateInitializationContext;
+import org.apache.flink.runtime.state.StateSnapshotContext;
 import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
 import org.apache.flink.streaming.api.operators.BoundedOneInput;
 import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
@@ -14,16 +21,27 @@ import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.types.Row;
 
 /**
- * Groups the data records bound for each spoke into one batch per crossing into Python.
+ * Groups the data records bound for each spoke into one batch per crossing into Python,
+ * and, for the round-robin and stratified shardings, deals them to spokes.
  *
- * <p>Input: {@code Row(k INT, training BOOLEAN, v BYTES)}, one Kafka record each (k: the
- * spoke key, drawn upstream in SQL). Output: {@code Row(k INT, batch BYTES)}, where batch is
- * little-endian {@code int32 n}, {@code int32 length[n]}, {@code uint8 training[n]}, then
- * the n records' bytes in arrival order. A key's batch is sent when it holds
- * {@code maxRecords} records or {@code maxBytes} bytes, and every key's batch at the latest
- * {@code delayMs} milliseconds (processing time) after its first record, before each
- * checkpoint barrier (so buffered records need no state: exactly-once holds) and at the end
- * of input. Records of one key leave in the order they came.
+ * <p>Input: {@code Row(k INT, training BOOLEAN, v BYTES[, label STRING])}, one Kafka record
+ * each (k: the spoke key drawn upstream in SQL; label: {@code JSON_VALUE(v, '$.label')}).
+ * Output: {@code Row(k INT, batch BYTES)}, where batch is little-endian {@code int32 n},
+ * {@code int32 length[n]}, {@code uint8 training[n]}, then the n records' bytes in arrival
+ * order. A key's batch is sent when it holds {@code maxRecords} records or {@code maxBytes}
+ * bytes, and every key's batch at the latest {@code delayMs} milliseconds (processing time)
+ * after its first record, before each checkpoint barrier (so buffered records need no
+ * state: exactly-once holds) and at the end of input. Records of one key leave in the
+ * order they came.
+ *
+ * <p>Dealing ({@code sharding} "round-robin" or "stratified", papers/001 §III-A Fig. 4):
+ * the key is not taken from the input but dealt: {@code spokeKeys[i]} for the next spoke
+ * i of the record's stratum, round-robin within it; the k-th stratum seen starts at spoke
+ * {@code k mod n}. Stratified: one stratum per label, plus one for forecasting records and
+ * records without a label; round-robin: one stratum for all. This is what
+ * {@code operators.sharding.StratifiedSharder} (Python, the in-process kernel) does. The
+ * deal's position survives failures: it is operator state (union list state, each subtask
+ * taking back its own entries).
  */
 public class RecordBatcher extends AbstractStreamOperator<Row>
         implements OneInputStreamOperator<Row, Row>, BoundedOneInput, ProcessingTimeCallback {
@@ -33,17 +51,38 @@ public class RecordBatcher extends AbstractStreamOperator<Row>
     private final long delayMs;
     private final int maxRecords;
     private final int maxBytes;
+    /** "keyed" (the input's key), "round-robin" or "stratified". */
+    private final String sharding;
+    private final int[] spokeKeys;
 
     private transient Map<Integer, Batch> batches;
     private transient boolean timerSet;
+    /** stratum ("L" + label, or "U" for unlabelled) -> next spoke index. */
+    private transient Map<String, Integer> deal;
+    private transient ListState<String> dealState;
 
     public RecordBatcher(long delayMs, int maxRecords, int maxBytes) {
+        this(delayMs, maxRecords, maxBytes, "keyed", new int[0]);
+    }
+
+    public RecordBatcher(long delayMs, int maxRecords, int maxBytes, String sharding,
+                         int[] spokeKeys) {
         if (delayMs < 1 || maxRecords < 1 || maxBytes < 1) {
             throw new IllegalArgumentException("delayMs, maxRecords and maxBytes must be >= 1");
+        }
+        if (!sharding.equals("keyed") && !sharding.equals("round-robin")
+                && !sharding.equals("stratified")) {
+            throw new IllegalArgumentException("sharding must be keyed, round-robin or stratified, got "
+                    + sharding);
+        }
+        if (!sharding.equals("keyed") && spokeKeys.length < 1) {
+            throw new IllegalArgumentException("dealing needs the spokes' keys");
         }
         this.delayMs = delayMs;
         this.maxRecords = maxRecords;
         this.maxBytes = maxBytes;
+        this.sharding = sharding;
+        this.spokeKeys = spokeKeys.clone();
     }
 
     private static final class Batch {
@@ -83,18 +122,65 @@ public class RecordBatcher extends AbstractStreamOperator<Row>
     }
 
     @Override
+    public void initializeState(StateInitializationContext context) throws Exception {
+        super.initializeState(context);
+        deal = new HashMap<>();
+        dealState = context.getOperatorStateStore().getUnionListState(
+                new ListStateDescriptor<>("omldm-deal", Types.STRING));
+        if (context.isRestored()) {
+            String mine = getRuntimeContext().getTaskInfo().getIndexOfThisSubtask() + "\t";
+            for (String entry : dealState.get()) {  // "subtask \t next \t stratum"
+                if (entry.startsWith(mine)) {
+                    String rest = entry.substring(mine.length());
+                    int tab = rest.indexOf('\t');
+                    deal.put(rest.substring(tab + 1), Integer.parseInt(rest.substring(0, tab)));
+                }
+            }
+        }
+    }
+
+    @Override
+    public void snapshotState(StateSnapshotContext context) throws Exception {
+        super.snapshotState(context);
+        List<String> entries = new ArrayList<>(deal.size());
+        int subtask = getRuntimeContext().getTaskInfo().getIndexOfThisSubtask();
+        for (Map.Entry<String, Integer> e : deal.entrySet()) {
+            entries.add(subtask + "\t" + e.getValue() + "\t" + e.getKey());
+        }
+        dealState.update(entries);
+    }
+
+    @Override
     public void open() throws Exception {
         super.open();
         batches = new HashMap<>();
         timerSet = false;
     }
 
+    /** The next spoke's key for a record of {@code stratum}. */
+    private int dealKey(String stratum) {
+        Integer next = deal.get(stratum);
+        int n = spokeKeys.length;
+        int spoke = next == null ? deal.size() % n : next;
+        deal.put(stratum, (spoke + 1) % n);
+        return spokeKeys[spoke];
+    }
+
     @Override
     public void processElement(StreamRecord<Row> element) throws Exception {
         Row row = element.getValue();
-        int key = (Integer) row.getField(0);
         Boolean train = (Boolean) row.getField(1);
         byte[] value = (byte[]) row.getField(2);
+        int key;
+        if (sharding.equals("keyed")) {
+            key = (Integer) row.getField(0);
+        } else if (sharding.equals("round-robin")) {
+            key = dealKey("U");
+        } else {
+            String label = (train == null || train) && row.getArity() > 3
+                    ? (String) row.getField(3) : null;
+            key = dealKey(label == null ? "U" : "L" + label);
+        }
         if (value == null) {
             value = new byte[0];
         }
