@@ -243,6 +243,25 @@ def test_records_held_without_agreement_are_bounded(monkeypatch):
     assert [d["record"]["id"] for d in w.dead] == list(range(100 - held))  # the oldest
 
 
+def test_forecasting_records_held_first_are_no_ambiguity(monkeypatch):
+    """A spoke whose first records are half forecasting ones (no label) holds them all
+    while hub 0's answer travels: an unlabelled record agrees with any label type of its
+    width (seen on Flink at full rate: 85 forecasting records dead-lettered at a start)."""
+    from learning.protocols import base
+    monkeypatch.setattr(base, "HELD_PER_QUORUM", 2)
+    w = DeadWire()
+    w.request(create())
+    spoke = w.spokes[0]
+    for i in range(300):  # not pumped: half forecasting, half training, one width
+        rec = good(i) if i % 2 else {"id": i, "features": good(i)["features"]}
+        spoke.on_data(("T" if i % 2 else "P") + orjson.dumps(rec).decode())
+    assert not [v for s, v in spoke.out if s == "deadLetters"]
+    assert len(spoke.nodes[0]._held) == 300
+    w.pump()
+    q = w.query()
+    assert q["fitted"] == 150 and q["predicted"] == 150 and q["rejected"] == 0
+
+
 def test_records_of_a_clear_majority_wait_for_hub_0_however_many():
     """At full rate a spoke holds thousands of records while hub 0's decision travels
     through Kafka (seconds at a job's start): with a clear majority of its own none is

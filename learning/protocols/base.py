@@ -268,8 +268,13 @@ class PipelineSpoke(Node):
 
     def _clear_majority(self) -> bool:
         """Whether this spoke's held records alone agree on a layout (a strict majority of
-        at least ``layoutQuorum``): then hub 0's answer is only in flight."""
-        (_, n), = self._held_by.most_common(1)
+        at least ``layoutQuorum``): then hub 0's answer is only in flight. A record without
+        a label (forecasting) agrees with every label type of its width: a spoke that got
+        mostly forecasting records at the start (its training topic read later) is not an
+        ambiguous stream."""
+        held = self._held_by
+        n = max((held[(w, k)] + (held[(w, None)] if k is not None else 0)
+                 for (w, k) in held), default=0)
         return n >= self.quorum and 2 * n > len(self._held)
 
     @remote(oneway=True)
