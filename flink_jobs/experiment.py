@@ -262,12 +262,13 @@ def _row(dataset: str, protocol: str, variant: str | None, final: dict, seconds:
 
 # -- in-process kernel ------------------------------------------------------------------
 def run_local(dataset: str, protocol: str, variant: str | None, extra: dict, *, spokes: int = 4,
-              every: int = 5, limit: int | None = None, points: int = 40, seed: int = 0) -> dict:
-    """One run on :class:`operators.local.LocalNetwork` (the job's own kernels, in process):
-    the Create request and the records as the job gets them (JSON; every record to a
-    spoke drawn at random, ``seed``, as the Flink job draws it with ``RAND_INTEGER``),
-    messages delivered after each record, Queries at the end until every record is
-    counted.
+              every: int = 5, limit: int | None = None, points: int = 40, seed: int = 0,
+              sharding: str = "random", lag: int = 1) -> dict:
+    """One run on :class:`operators.local.LocalNetwork` (the job's own kernels, in
+    process; :func:`flink_jobs.local_run.stream_local`): the Create request and the records
+    as the job gets them (JSON; by default every record to a spoke drawn at random,
+    ``seed``, as the Flink job draws it with ``RAND_INTEGER``), messages delivered after
+    each record, Queries at the end until every record is counted.
 
     Random shares matter: with round-robin shares the dynamic protocols came within
     0.004-0.007 of BSP's accuracy on digits at settings that, with random shares (and on
@@ -289,6 +290,11 @@ def run_local(dataset: str, protocol: str, variant: str | None, extra: dict, *, 
         About how many points the ``loss_curve`` gets.
     seed : int
         Seed of the spoke shares.
+    sharding : str
+        How records are dealt to spokes (:data:`operators.sharding.SHARDINGS`; ``random``,
+        the job's default, draws each spoke from ``seed``).
+    lag : int
+        Deliver messages after every ``lag`` records (1: after each).
 
     Returns
     -------
@@ -296,51 +302,16 @@ def run_local(dataset: str, protocol: str, variant: str | None, extra: dict, *, 
         One row (the keys of the module docstring), ``"kernel": "local"``; ``seconds``
         is wall time in seconds from the first record to the last Query.
     """
-    from operators.local import LocalNetwork
+    from flink_jobs.local_run import stream_local
 
     X, y = load(dataset)
     if limit:
         X, y = X[:limit], y[:limit]
     request = create_request(dataset, protocol, variant, extra)
-    pid = request["id"]
-    # the job's spoke and hub kernels; records and requests as the job gets them
-    net = LocalNetwork(n_spokes=spokes, n_hubs=1, network=pid)
-    net.request(request)
-    created = net.outputs["responses"][-1]
-    if created["status"] != "ok":
-        raise ValueError(f"Create refused: {created['error']}")
-    feats, labels = X.tolist(), y.tolist()
-    curve, step = [], max(1, len(X) // points)
-    t0 = time.perf_counter()
-    shares = np.random.default_rng(seed).integers(0, spokes, len(X)).tolist()
-    for i in range(len(X)):
-        if every and i % every == every - 1:
-            net.records(shares[i], [(False, {"id": i, "features": feats[i]})])
-        else:
-            net.records(shares[i], [(True, {"id": i, "features": feats[i], "label": labels[i]})])
-        net.run()
-        if i % step == step - 1:
-            fitted = sum(sp.fitted for sp in net.spokes)
-            if fitted:
-                curve.append([fitted, sum(sp.loss_sum for sp in net.spokes) / fitted])
-
-    def query() -> dict:
-        net.request({"id": pid, "request": "Query", "requestId": "final"})
-        return net.outputs["responses"][-1]
-
-    # a Query closes a synchronous round that a spoke without records left open; the
-    # records paused behind it are fitted after that Query's statistics were taken
-    final, queries = query(), 1
-    while final["fitted"] + final["predicted"] < len(X) and queries < 5:
-        final, queries = query(), queries + 1
-    seconds = time.perf_counter() - t0
-    report_bytes = 0
-    if queries > 1:  # the reports of the earlier Queries are in these statistics
-        again = query()
-        report_bytes = (again["protocol"]["bytesToHubs"] - final["protocol"]["bytesToHubs"]) \
-            * (queries - 1)
-    return _row(dataset, protocol, variant, final, seconds, "local", queries, curve,
-                max(0, report_bytes), spokes=spokes,
+    run = stream_local(request, X, y, spokes=spokes, every=every, points=points, seed=seed,
+                       sharding=sharding, lag=lag)
+    return _row(dataset, protocol, variant, run.final, run.seconds, "local", run.queries,
+                run.curve, run.report_bytes, spokes=spokes,
                 aggregation=request["trainingConfiguration"].get("aggregation"))
 
 
@@ -717,11 +688,20 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
 def _command(args: argparse.Namespace) -> int:
     from flink_jobs.connection import KafkaConnection
 
-    run_experiment(args.json, kernel=args.kernel, datasets=tuple(args.dataset or DATASETS),
+    if args.which == "sharding":
+        from flink_jobs.experiment_sharding import command
+
+        return command(args)
+    given = [f"--{name}" for name in SHARDING_ONLY if getattr(args, name) is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: options of experiment sharding")
+    run_experiment(args.json, kernel=args.kernel or "flink",
+                   datasets=tuple(args.dataset or DATASETS),
                    spokes=tuple(args.spokes or (4,)), limit=args.limit, png_path=args.png,
                    bootstrap_servers=args.bootstrap_servers,
                    protocols=tuple(args.protocol) if args.protocol else None,
-                   connection=KafkaConnection.from_args(args), repeats=args.repeats,
+                   connection=KafkaConnection.from_args(args),
+                   repeats=args.repeats if args.repeats is not None else 1,
                    aggregation=args.aggregation, quick=args.quick)
     return 0
 
@@ -741,40 +721,80 @@ DESCRIPTION = (
     "and against BSP: prints a markdown table (prequential accuracy, delta vs centralized "
     "and vs BSP, bytes to hubs and spokes, bytes relative to BSP, rounds, records per "
     "second), writes one JSON row per run and a PNG of the loss curves and bytes. "
-    "'protocols' and 'quality' name the same experiment.")
+    "'protocols' and 'quality' name the same experiment. 'sharding' is another one, on "
+    "the in-process kernel only: every sharding (random, round-robin, stratified, "
+    "distribution-aware) under TAP, SSP and BSP on non-IID streams (label-sorted, "
+    "drifting, bursty), repeated with shuffled message timing; it prints the mean and "
+    "standard deviation of the prequential accuracy and of the held-out accuracy of the "
+    "final global model, the spread across spokes, the loss curve's variance and the "
+    "variance ratio random / sharding (papers/001).")
+
+#: the options only ``experiment sharding`` takes (argparse destinations)
+SHARDING_ONLY = ("sharding", "scaling", "lag", "warmup", "refresh")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``experiment protocols`` (alias ``experiment quality``) to the ``omldm``
-    command line (``subparsers`` is what ``ArgumentParser.add_subparsers`` returned); the
-    command runs ``args.fn(args)``."""
+    """Add ``experiment protocols`` (alias ``experiment quality``) and ``experiment
+    sharding`` (:mod:`flink_jobs.experiment_sharding`) to the ``omldm`` command line
+    (``subparsers`` is what ``ArgumentParser.add_subparsers`` returned); the command runs
+    ``args.fn(args)``. One parser serves both: options of one experiment given to the
+    other are refused (``ValueError``)."""
     from flink_jobs.connection import KafkaConnection
+
+    from flink_jobs.experiment_sharding import (LAG, PROTOCOLS, QUICK, SCALINGS,
+                                                SHARDING_STRATEGIES, STREAMS)
 
     p = subparsers.add_parser("experiment", help="run an experiment and write its table",
                               description=DESCRIPTION)
-    p.add_argument("which", choices=("protocols", "quality"),
-                   help="the experiment: protocols, or quality (the same command)")
+    p.add_argument("which", choices=("protocols", "quality", "sharding"),
+                   help="the experiment: protocols, or quality (the same command), or "
+                        "sharding")
     p.add_argument("--json", required=True, help="where the JSON rows go")
     p.add_argument("--png", default=None, help="the plot (default: the JSON path with .png)")
-    p.add_argument("--kernel", choices=("flink", "local"), default="flink",
-                   help="the Flink MiniCluster (default) or the in-process kernel; the "
-                        "Centralized row always runs in process")
-    p.add_argument("--dataset", action="append", choices=tuple(DATASETS),
-                   help="repeatable; default: all")
+    p.add_argument("--kernel", choices=("flink", "local"), default=None,
+                   help="protocols: the Flink MiniCluster (default) or the in-process kernel; "
+                        "the Centralized row always runs in process. sharding: always the "
+                        "in-process kernel")
+    p.add_argument("--dataset", action="append", choices=tuple(DATASETS) + tuple(STREAMS),
+                   help=f"repeatable; default: all of the experiment's (protocols: "
+                        f"{', '.join(DATASETS)}; sharding: {', '.join(STREAMS)})")
     p.add_argument("--protocol", action="append",
-                   help="only these protocols (repeatable; Centralized is one of them)")
+                   help="only these protocols (repeatable; protocols: Centralized is one of "
+                        f"them; sharding: {', '.join(PROTOCOLS)})")
     p.add_argument("--spokes", action="append", type=_positive,
                    help="spokes per run; repeatable for a sweep, e.g. --spokes 2 --spokes 4 "
-                        "--spokes 8 (default: 4)")
+                        "--spokes 8 (default: protocols 4; sharding 4 and 8)")
     p.add_argument("--aggregation", choices=("average", "sum"), default=None,
-                   help="trainingConfiguration.aggregation of every run but Centralized and "
-                        "Independent (default: left out, the learner's default)")
+                   help="protocols: trainingConfiguration.aggregation of every run but "
+                        "Centralized and Independent (default: left out, the learner's "
+                        "default)")
     p.add_argument("--quick", action="store_true",
-                   help=f"a small subset: only Centralized, Independent, Synchronous and FDA "
-                        f"(naive), on the first {QUICK_LIMIT:,} records of each dataset")
-    p.add_argument("--repeats", type=_positive, default=1,
-                   help="runs of every protocol; the table shows means (default 1)")
-    p.add_argument("--limit", type=_positive, default=None, help="only the first N records")
+                   help=f"a small subset. protocols: only Centralized, Independent, "
+                        f"Synchronous and FDA (naive), on the first {QUICK_LIMIT:,} records "
+                        f"of each dataset; sharding: {QUICK.stream} ({QUICK.source} records), "
+                        f"4 spokes, TAP and BSP, {', '.join(QUICK.shardings)}, "
+                        f"{QUICK.repeats} repeats")
+    p.add_argument("--repeats", type=_positive, default=None,
+                   help="runs of every protocol; the table shows means (default: protocols "
+                        "1, sharding 5)")
+    p.add_argument("--limit", type=_positive, default=None,
+                   help="only the first N records (sharding: of each source, before the "
+                        "held-out tail is cut)")
+    p.add_argument("--sharding", action="append", choices=SHARDING_STRATEGIES,
+                   help="sharding: only these strategies (repeatable; default all; "
+                        "partition needs Kafka partitions, which the in-process stream "
+                        "lacks)")
+    p.add_argument("--scaling", action="append", choices=SCALINGS,
+                   help="sharding: only these trainingConfiguration.scaling values "
+                        "(repeatable; default all; none leaves the key out)")
+    p.add_argument("--lag", type=_positive, default=None,
+                   help=f"sharding: records between message deliveries (default {LAG})")
+    p.add_argument("--warmup", type=_positive, default=None,
+                   help="sharding: training records distribution-aware learns its clusters "
+                        "on (default: 10%% of each stream)")
+    p.add_argument("--refresh", type=_positive, default=None,
+                   help="sharding: distribution-aware learns its clusters again every N "
+                        "records (default: never)")
     KafkaConnection.add_arguments(p)
     p.set_defaults(fn=_command)
     return p

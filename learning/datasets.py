@@ -13,7 +13,8 @@ from typing import Iterable
 
 import numpy as np
 
-__all__ = ["shuttle", "phishing", "synth", "SYNTH"]
+__all__ = ["shuttle", "phishing", "synth", "SYNTH", "drift", "DRIFT", "label_order",
+           "burst_order"]
 
 
 def shuttle() -> tuple[np.ndarray, np.ndarray]:
@@ -162,3 +163,136 @@ def synth(name: str, n: int = 50_000, seed: int = 42) -> tuple[np.ndarray, np.nd
         raise ValueError(f"n must be >= 1, got {n}")
     X, y = _arrays(itertools.islice(SYNTH[name][0](seed), n))
     return X, y.astype(np.int64)
+
+
+def _agrawal_drift(seed: int, position: int, width: int):
+    from river.datasets.synth import Agrawal, ConceptDriftStream
+
+    return ConceptDriftStream(stream=Agrawal(classification_function=0, seed=seed),
+                              drift_stream=Agrawal(classification_function=6, seed=seed + 1),
+                              position=position, width=width, seed=seed)
+
+
+def _sea_drift(seed: int, position: int, width: int):
+    from river.datasets.synth import SEA, ConceptDriftStream
+
+    return ConceptDriftStream(stream=SEA(variant=2, noise=0.1, seed=seed),
+                              drift_stream=SEA(variant=3, noise=0.1, seed=seed + 1),
+                              position=position, width=width, seed=seed)
+
+
+#: name → (river drift stream factory of (seed, position, width), n_features, n_classes)
+DRIFT = {"agrawal": (_agrawal_drift, 9, 2), "sea": (_sea_drift, 3, 2)}
+
+
+def drift(name: str, n: int = 4000, seed: int = 42, position: int | None = None,
+          width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``n`` records of a seeded stream with one concept drift: river's
+    ``ConceptDriftStream``, which switches from one generator to another around record
+    ``position`` (a sigmoid of ``width`` records: record ``t`` comes from the new concept
+    with probability ``1 / (1 + exp(-4 (t - position) / width))``).
+
+    ``agrawal``: ``Agrawal(classification_function=0)`` (loan approval by age and salary,
+    not linearly separable) drifting to ``Agrawal(classification_function=6)`` (by
+    disposable income, nearly linear), 9 features in sorted name order (``age``, ``car``,
+    ``commission``, ``elevel``, ``hvalue``, ``hyears``, ``loan``, ``salary``,
+    ``zipcode``). ``sea``: ``SEA(variant=2, noise=0.1)`` (label ``x0 + x1 > 7``) drifting
+    to ``SEA(variant=3, noise=0.1)`` (``x0 + x1 > 9.5``), 3 features in [0, 10], 10% of
+    the labels flipped. The new concept's generator is seeded ``seed + 1``.
+
+    Parameters
+    ----------
+    name : {"agrawal", "sea"}
+    n : int
+        Records, >= 1.
+    seed : int
+        Seed of the generators and of the switch (same arguments, same arrays).
+    position, width : int or None
+        Centre and width of the drift, records; default ``2n/5`` and ``n/10`` (so that
+        the last 20% of the records come from the new concept).
+
+    Returns
+    -------
+    X : (n, 9) or (n, 3) float64
+    y : (n,) int64
+        0 / 1.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``name``, ``n`` below 1 or ``width`` below 1.
+
+    References
+    ----------
+    Agrawal, R., Imielinski, T., Swami, A. (1993) Database mining: a performance
+    perspective. IEEE TKDE 5(6), 914-925.
+    Street, W. N., Kim, Y. (2001) A streaming ensemble algorithm (SEA) for large-scale
+    classification. KDD, 377-382.
+    Bifet, A., Holmes, G., Kirkby, R., Pfahringer, B. (2010) MOA: Massive Online Analysis.
+    JMLR 11, 1601-1604 (the concept drift stream).
+    """
+    if name not in DRIFT:
+        raise ValueError(f"unknown drift stream {name!r}; known: {', '.join(DRIFT)}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    position = 2 * n // 5 if position is None else position
+    width = max(1, n // 10) if width is None else width
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    X, y = _arrays(itertools.islice(DRIFT[name][0](seed, position, width), n))
+    return X, y.astype(np.int64)
+
+
+def label_order(y: np.ndarray) -> np.ndarray:
+    """The permutation that sorts records by label, stably (records of a label keep
+    their order): a stream in which the classes arrive one after the other.
+
+    Parameters
+    ----------
+    y : (n,) labels
+
+    Returns
+    -------
+    (n,) int64 indices: ``X[order], y[order]`` is the sorted stream.
+    """
+    return np.argsort(np.asarray(y), kind="stable").astype(np.int64)
+
+
+def burst_order(y: np.ndarray, run: int) -> np.ndarray:
+    """The permutation that reorders records into bursts: ``run`` records of one class,
+    then ``run`` of the next (classes in sorted order, in turn), each class's records in
+    their original order; a class that runs out is skipped (the last bursts are of the
+    classes left, so they may merge into longer ones).
+
+    Parameters
+    ----------
+    y : (n,) labels
+    run : int
+        Records per burst, >= 1.
+
+    Returns
+    -------
+    (n,) int64 indices.
+
+    Raises
+    ------
+    ValueError
+        For ``run`` below 1.
+
+    Examples
+    --------
+    >>> burst_order(np.array([0, 1, 0, 1, 0, 1]), 2).tolist()
+    [0, 2, 1, 3, 4, 5]
+    """
+    if run < 1:
+        raise ValueError(f"run must be >= 1, got {run}")
+    y = np.asarray(y)
+    queues = [np.flatnonzero(y == c) for c in np.unique(y)]
+    heads = [0] * len(queues)
+    out: list[np.ndarray] = []
+    while any(h < len(q) for h, q in zip(heads, queues)):
+        for c, q in enumerate(queues):
+            if heads[c] < len(q):
+                out.append(q[heads[c]:heads[c] + run])
+                heads[c] += run
+    return np.concatenate(out).astype(np.int64) if out else np.zeros(0, dtype=np.int64)
