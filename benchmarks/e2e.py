@@ -1,7 +1,8 @@
 """End to end through Kafka: omldm against the single-process program a user would write,
 side by side in one run, printed as a table.
 
-    .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--json PATH]
+    .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--shardings random,stratified]
+                                       [--json PATH]
 
 One local broker (tansu) serves the whole run; every row uses fresh topics. The stream is
 Shuttle repeated to ``--records`` records, each the JSON ``{"id", "features", "label"}``
@@ -14,7 +15,7 @@ Rows:
   beginning) feeding river's ``StandardScaler | PAClassifier(C=0.01, mode=1)``, test then
   train. Its topics are loaded before its clock starts; the clock runs from the first
   record polled to the last record handled.
-* ``omldm``: one fresh job per (mode, records per message, batch delay) with the demo's
+* ``omldm``: one fresh job per (mode, records per message, batch delay, sharding) with the demo's
   pipeline (``shuttle_create_request(0)``, 2 spokes). The clock starts just before the
   first record is produced (confluent-kafka, as fast as it goes) and stops when a Query
   counts every record and all predictions are on the topic. Then, on the same job, a
@@ -58,6 +59,7 @@ from flink_jobs.demo import _worst, shuttle_create_request
 from flink_jobs.kafka_io import create_topics
 from flink_jobs.session import Session, local_config
 from learning.datasets import shuttle
+from operators.sharding import make_sharder
 
 _prefixes = (f"e2e{i}-" for i in itertools.count())
 
@@ -238,25 +240,39 @@ def cpu_seconds() -> dict[str, float]:
     return out
 
 
-def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y) -> dict:
+def fitted_by(sharding: str, spokes: int, msgs: list[tuple[str, bytes]], n_train: int) -> int:
+    """Records the spokes fit: ``n_train``, plus, for ``distribution-aware``, a copy on every
+    other spoke of each record of a sparse cluster (the in-process sharder on the same
+    training messages; the clusters do not depend on how forecasting records interleave)."""
+    if sharding != "distribution-aware":
+        return n_train
+    sharder = make_sharder(sharding, spokes, warmup=JobConfig.sharding_warmup)
+    sharder.shard([(True, v) for kind, v in msgs if kind == "training"])
+    return n_train + (spokes - 1) * sharder.broadcast
+
+
+def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
+              sharding: str = "random") -> dict:
     """One fresh job: throughput of the whole stream, then latency on the same job."""
     msgs, n_train, n_fore = messages(X, y, per_message)
     cfg = local_config(servers, topic_prefix=next(_prefixes), spokes=args.spokes,
                        execution_mode=mode, max_batch_delay_ms=delay,
-                       max_batch_records=args.max_batch_records)
+                       max_batch_records=args.max_batch_records, sharding=sharding)
     with Session(cfg, "omldm-e2e") as s:
         created = s.request(shuttle_create_request(0), timeout=120)
         if created.get("status") != "ok":
             raise RuntimeError(f"Create failed: {created}")
+        fitted = fitted_by(sharding, args.spokes, msgs, n_train)  # before the clock
         cpu0 = cpu_seconds()
         t0 = time.perf_counter()
         produce(servers, cfg.topics, msgs)
         produced = time.perf_counter() - t0
-        final = s.wait_until_counted(0, n_train, n_fore, timeout=600, every=0.1)
+        final = s.wait_until_counted(0, fitted, n_fore, timeout=600, every=0.1)
         elapsed = time.perf_counter() - t0
         cpu1 = cpu_seconds()
         service = final.get("service", {})
-        row = {"row": "omldm", "mode": mode, "max_batch_records": args.max_batch_records, "per_message": per_message, "delay_ms": delay,
+        row = {"row": "omldm", "mode": mode, "max_batch_records": args.max_batch_records,
+               "per_message": per_message, "delay_ms": delay, "sharding": sharding,
                "records": len(y), "seconds": elapsed, "produce_seconds": produced,
                "records_per_second": (final["fitted"] + final["predicted"]) / elapsed,
                "prequential_accuracy": final["prequentialAccuracy"],
@@ -288,7 +304,8 @@ def show(row: dict, peer_rate: float | None) -> None:
         return "-" if lo is None else f"{lo:.1f} / {hi:.1f}"
 
     name = (f"peer, {row['per_message']} rec/msg" if row["row"] == "peer" else
-            f"omldm {row['mode']}, {row['per_message']} rec/msg, delay {row['delay_ms']} ms")
+            f"omldm {row['mode']}, {row['per_message']} rec/msg, delay {row['delay_ms']} ms"
+            + ("" if row.get("sharding", "random") == "random" else f", {row['sharding']}"))
     ratio = f"{row['records_per_second'] / peer_rate:.2f}" if peer_rate else "-"
     missing = row.get("latency_sent", 0) - row.get("latency_answered", 0)
     print(f"{name:40s} {row['records_per_second']:10,.0f} {ratio:>6s} "
@@ -308,6 +325,8 @@ def main() -> None:
     ap.add_argument("--modes", default="thread,process")
     ap.add_argument("--per-message", default="1,50", help="records per Kafka message")
     ap.add_argument("--spokes", type=int, default=2)
+    ap.add_argument("--shardings", default="random",
+                    help="JobConfig.sharding values, comma-separated (papers/001 §III)")
     ap.add_argument("--max-batch-records", type=int, default=JobConfig.max_batch_records,
                     help="records per crossing at most")
     ap.add_argument("--latency-rate", type=float, default=2000.0, help="records/s")
@@ -334,9 +353,10 @@ def main() -> None:
         for mode in args.modes.split(","):
             for k in per_messages:
                 for delay in (int(v) for v in args.delays.split(",")):
-                    rows.append(omldm_row(servers, args, mode, k, delay, X, y))
-                    rows[-1]["x_peer"] = rows[-1]["records_per_second"] / peers[k]
-                    show(rows[-1], peers[k])
+                    for sharding in args.shardings.split(","):
+                        rows.append(omldm_row(servers, args, mode, k, delay, X, y, sharding))
+                        rows[-1]["x_peer"] = rows[-1]["records_per_second"] / peers[k]
+                        show(rows[-1], peers[k])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

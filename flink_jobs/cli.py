@@ -8,6 +8,8 @@
 * ``omldm topics`` — the topics with their record counts.
 * ``omldm tail TOPIC`` — follow an output topic.
 * ``omldm experiment protocols`` — every synchronization protocol on the same stream.
+* ``omldm experiment sharding`` — papers/001's sharding strategies and scaling rules on
+  non-IID streams (in-process kernel only).
 * ``omldm setup`` — fetch and check the connector jars and the Shuttle file.
 
 Connection options (``--bootstrap-servers``, SASL/TLS) are shared by every subcommand and
