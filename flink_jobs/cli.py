@@ -4,8 +4,9 @@
 * ``omldm serve`` — the job as a long-lived service on a local MiniCluster.
 * ``omldm request create|update|delete|query`` — send a request, optionally wait for
   its response.
-* ``omldm stream shuttle|digits`` — write a bundled real dataset to the input topics.
-* ``omldm topics`` — the topics with their record counts.
+* ``omldm stream FILE.csv|FILE.jsonl|-|river:NAME|shuttle|digits`` — write records to the
+  input topics (:mod:`flink_jobs.stream_files`).
+* ``omldm topics`` — the job's topics with their record counts.
 * ``omldm tail TOPIC`` — follow an output topic.
 * ``omldm experiment protocols`` — every synchronization protocol on the same stream.
 * ``omldm experiment sharding`` — papers/001's sharding strategies and scaling rules on
@@ -19,6 +20,7 @@ default to the ``OMLDM_*`` environment variables (:mod:`flink_jobs.connection`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -86,7 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
     broker = None
     if args.embedded_broker:
         broker = LocalBroker(port=args.port).start()
-        conn = KafkaConnection(broker.bootstrap_servers)
+        conn = dataclasses.replace(conn, bootstrap_servers=broker.bootstrap_servers)
     servers = _need_servers(conn)
 
     def stop(signum, frame):
@@ -231,56 +233,64 @@ def _request(args: argparse.Namespace) -> int:
 
 # -- stream ---------------------------------------------------------------------------------
 def _stream(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from flink_jobs.kafka_io import JsonProducer
+    from flink_jobs.stream_files import RecordReader, write_stream
 
     conn = KafkaConnection.from_args(args)
+    features = [c.strip() for c in args.features.split(",") if c.strip()] if args.features else None
+    reader = RecordReader(args.source, format=args.format, label=args.label, id=args.id,
+                          features=features, seed=args.seed, limit=args.limit,
+                          first_id=args.first_id)
     servers = _need_servers(conn)
-    if args.dataset == "shuttle":
-        from learning.datasets import shuttle
-
-        X, y = shuttle()
-    else:
-        from sklearn.datasets import load_digits
-
-        d = load_digits()
-        X, y = d.data, d.target
-    X, y = (X[:args.limit], y[:args.limit]) if args.limit else (X, y)
     t = _topics(args)
-    producer = JsonProducer(servers, **conn.client_kwargs())
-    n_train = n_fore = 0
-    start = time.monotonic()
-    for i, (x, label) in enumerate(zip(X.tolist(), np.asarray(y).tolist()), start=args.first_id):
-        if args.every and (i - args.first_id) % args.every == args.every - 1:
-            producer.send(t.forecasting, {"id": i, "features": x})
-            n_fore += 1
-        else:
-            producer.send(t.training, {"id": i, "features": x, "label": label})
-            n_train += 1
-    producer.close()
-    print(json.dumps({"dataset": args.dataset, "training": n_train, "forecasting": n_fore,
-                      "seconds": round(time.monotonic() - start, 3)}))
+    topic = {"training": t.training, "forecasting": t.forecasting}
+    producer = JsonProducer(servers, **conn.client_kwargs("producer"))
+    try:
+        summary = write_stream(reader, lambda kind, value: producer.send(topic[kind], value),
+                               forecast_every=args.forecast_every,
+                               records_per_message=args.records_per_message, rate=args.rate,
+                               progress=not args.no_progress, total=reader.total,
+                               source=args.source)
+    finally:
+        producer.close()
+    print(json.dumps(summary.to_json()))
     return 0
 
 
 # -- topics / tail -------------------------------------------------------------------------
 def _topics_cmd(args: argparse.Namespace) -> int:
-    from kafka import KafkaAdminClient
+    """The job's seven topics (``--topic-prefix`` applied) with their record counts: end
+    minus beginning offset, summed over partitions, or with ``--read`` the records read.
+    Offsets count records on a standard Kafka broker; on the embedded local broker a batch
+    of records can take one offset (README, "No record is lost"), so there they undercount
+    and ``--read`` gives the exact count."""
+    from kafka import KafkaConsumer, TopicPartition
 
     from flink_jobs.kafka_io import TopicReader
 
     conn = KafkaConnection.from_args(args)
     servers = _need_servers(conn)
-    admin = KafkaAdminClient(bootstrap_servers=servers, **conn.client_kwargs())
-    names = sorted(admin.list_topics())
-    admin.close()
-    print(f"{'topic':32s} {'records':>10s}")
-    for name in names:
-        reader = TopicReader(servers, name, json=False, **conn.client_kwargs())
-        n = sum(1 for _ in reader.drain(idle_ms=args.idle_ms))  # counted, not read off offsets
-        reader.close()
-        print(f"{name:32s} {n:10,d}")
+    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
+                             **conn.client_kwargs("consumer"))
+    try:
+        existing = consumer.topics()
+        print(f"{'topic':32s} {'records':>12s}")
+        for name in _topics(args).all():
+            if name not in existing:
+                print(f"{name:32s} {'missing':>12s}")
+                continue
+            if args.read:
+                reader = TopicReader(servers, name, json=False, **conn.client_kwargs())
+                n = sum(1 for _ in reader.drain(idle_ms=args.idle_ms))
+                reader.close()
+            else:
+                parts = [TopicPartition(name, p)
+                         for p in sorted(consumer.partitions_for_topic(name) or ())]
+                begin, end = consumer.beginning_offsets(parts), consumer.end_offsets(parts)
+                n = sum(end[tp] - begin[tp] for tp in parts)
+            print(f"{name:32s} {n:12,d}")
+    finally:
+        consumer.close()
     return 0
 
 
@@ -421,17 +431,48 @@ def _parser() -> argparse.ArgumentParser:
                      "error response, 3 on a timeout")
     req.add_argument("--timeout", type=float, default=30.0)
 
-    stream = command("stream", "write a bundled real dataset to training (and every N-th "
-                     "record, without its label, to forecasting)", _stream)
-    stream.add_argument("dataset", choices=("shuttle", "digits"))
-    stream.add_argument("--limit", type=int, default=None)
-    stream.add_argument("--every", type=int, default=5,
-                        help="every N-th record goes to forecasting (0: none)")
-    stream.add_argument("--first-id", type=int, default=0, help="id of the first record")
+    stream = command("stream", "write records to training (and every N-th one, without its "
+                     "label, to forecasting): a CSV / JSON Lines file or stdin, a river "
+                     "dataset or generator, or a bundled data set", _stream)
+    stream.add_argument("source", metavar="SOURCE",
+                        help="FILE.csv (with a header), FILE.jsonl (one JSON object per line), "
+                             "'-' (stdin), river:NAME (river.datasets without download, e.g. "
+                             "river:Phishing, river:Bananas, river:synth.Agrawal, "
+                             "river:synth.SEA) or shuttle / digits")
+    stream.add_argument("--format", choices=("csv", "jsonl"), default=None,
+                        help="input format (default: by the file suffix; csv for stdin)")
+    stream.add_argument("--label", metavar="COLUMN", default=None,
+                        help="label column (default: 'label' if present, else unlabelled)")
+    stream.add_argument("--id", metavar="COLUMN", default=None,
+                        help="id column (default: the row number, from --first-id)")
+    stream.add_argument("--features", metavar="COLUMNS", default=None,
+                        help="comma-separated feature columns (default: every other column "
+                             "numeric in the first row)")
+    stream.add_argument("--forecast-every", "--every", dest="forecast_every", type=int,
+                        default=5, metavar="N",
+                        help="every N-th record goes to forecasting without its label "
+                             "(default 5; 0: none)")
+    stream.add_argument("--records-per-message", type=int, default=1, metavar="K",
+                        help="records per Kafka message, a JSON array when > 1 (default 1)")
+    stream.add_argument("--rate", type=float, default=None, metavar="R",
+                        help="records per second, a live replay (default: as fast as possible)")
+    stream.add_argument("--limit", type=int, default=None, metavar="N",
+                        help="stop after N records (default: all; 10000 for an endless "
+                             "river generator)")
+    stream.add_argument("--seed", type=int, default=None,
+                        help="seed of a river generator (default: none, the generator's own)")
+    stream.add_argument("--first-id", type=int, default=0,
+                        help="id of the first row when ids are row numbers (default 0)")
+    stream.add_argument("--no-progress", action="store_true",
+                        help="no progress bar on stderr (default: shown)")
 
-    topics = command("topics", "list topics with their record counts", _topics_cmd, False)
+    topics = command("topics", "list the job's topics (--topic-prefix applied) with their "
+                     "record counts, from offsets (approximate on the embedded local broker, "
+                     "which can give a batch one offset; --read counts exactly)", _topics_cmd)
+    topics.add_argument("--read", action="store_true",
+                        help="count by reading every record (exact, slower)")
     topics.add_argument("--idle-ms", type=int, default=500,
-                        help="a topic is counted when a read stays empty this long")
+                        help="--read: a topic is counted when a read stays empty this long")
 
     tail = command("tail", "follow a topic (predictions, responses, ...)", _tail)
     tail.add_argument("topic", help="predictions, responses, deadLetters, ... or any topic name")

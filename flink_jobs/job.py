@@ -49,7 +49,7 @@ from operators.routing import MAX_PARALLELISM, hub_keys
 from operators.shard import ShardFunction
 from operators.spoke import SpokeFunction
 
-__all__ = ["create_environment", "build_job"]
+__all__ = ["create_environment", "build_job", "kafka_table_options"]
 
 
 def create_environment(cfg: JobConfig, local: bool = True) -> StreamExecutionEnvironment:
@@ -149,6 +149,27 @@ def _kafka_sink(cfg: JobConfig, topic: str, schema, exactly_once: bool = False,
     return builder.build()
 
 
+def _sql_string(text: str) -> str:
+    """A Flink SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def kafka_table_options(cfg: JobConfig) -> dict[str, str]:
+    """The ``WITH`` options of the SQL table the job reads ``training`` and ``forecasting``
+    through: the job's own, then every Kafka client property of ``cfg.connection``
+    (:meth:`~flink_jobs.connection.KafkaConnection.java_properties`) as
+    ``properties.<key>``, a user property overriding the job's value of the same key (as on
+    the DataStream sources and sinks)."""
+    t = cfg.topics
+    options = {"connector": "kafka", "topic": f"{t.training};{t.forecasting}",
+               "properties.bootstrap.servers": cfg.bootstrap_servers,
+               "properties.group.id": f"{cfg.group_id}-data",
+               "properties.fetch.max.wait.ms": str(cfg.fetch_max_wait_ms),
+               "scan.startup.mode": cfg.startup_mode, "value.format": "raw"}
+    options.update({f"properties.{k}": v for k, v in cfg.connection.java_properties().items()})
+    return options
+
+
 def _keyed(ds: DataStream, value_type) -> KeyedStream:
     """Key a stream of ``Row(key: INT, value)`` by its first field in Java, as PyFlink's
     ``key_by(..., key_type=Types.INT())`` does after its Python key-adding step (so keys
@@ -219,8 +240,8 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
     t = cfg.topics
     t_env = StreamTableEnvironment.create(env)
     table = f"omldm_data_{uuid.uuid4().hex[:8]}"
-    security = "".join(f",\n            'properties.{k}' = '{v.replace(chr(39), chr(39) * 2)}'"
-                       for k, v in cfg.connection.java_properties().items())
+    options = ",\n            ".join(f"{_sql_string(k)} = {_sql_string(v)}"
+                                     for k, v in kafka_table_options(cfg).items())
     batched = cfg.max_batch_delay_ms > 0
     partition = ",\n            `partition` INT METADATA VIRTUAL" if cfg.sharding == "partition" else ""
     t_env.execute_sql(f"""
@@ -228,13 +249,7 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
             `v` {"BYTES" if batched else "STRING"},
             `topic` STRING METADATA VIRTUAL{partition}
         ) WITH (
-            'connector' = 'kafka',
-            'topic' = '{t.training};{t.forecasting}',
-            'properties.bootstrap.servers' = '{cfg.bootstrap_servers}',
-            'properties.group.id' = '{cfg.group_id}-data',
-            'properties.fetch.max.wait.ms' = '{cfg.fetch_max_wait_ms}',
-            'scan.startup.mode' = '{cfg.startup_mode}',
-            'value.format' = 'raw'{security}
+            {options}
         )""")
     spoke_keys = hub_keys(cfg.spokes)  # the key that lands on spoke subtask i, for each i
     key = _shard_key(cfg, spoke_keys)

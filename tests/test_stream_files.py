@@ -1,0 +1,180 @@
+"""``omldm stream`` on a user's own data: the reader (no Kafka) and one run through the
+real local broker, reading back exactly the records the job would read."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from flink_jobs.cli import main
+from flink_jobs.stream_files import (DEFAULT_GENERATOR_LIMIT, BadRow, RecordReader,
+                                     write_stream)
+
+CSV = "a,name,b,label\n1,x,2.5,0\n3,y,4,1\n"
+
+
+def _write(tmp_path, name: str, text: str) -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_csv_with_header_takes_numeric_columns_and_the_label(tmp_path):
+    items = list(RecordReader(_write(tmp_path, "d.csv", CSV)))
+    assert items == [{"id": 0, "features": [1.0, 2.5], "label": 0},
+                     {"id": 1, "features": [3.0, 4.0], "label": 1}]
+
+
+def test_csv_columns_chosen_by_flags(tmp_path):
+    text = "key,a,b,class\n7,1,2,cat\n9,3,4,dog\n"
+    items = list(RecordReader(_write(tmp_path, "d.csv", text), label="class", id="key",
+                              features=["b"]))
+    assert items == [{"id": 7, "features": [2.0], "label": "cat"},
+                     {"id": 9, "features": [4.0], "label": "dog"}]
+
+
+def test_no_label_column_means_unlabelled_and_first_id(tmp_path):
+    items = list(RecordReader(_write(tmp_path, "d.csv", "a,b\n1,2\n"), first_id=100))
+    assert items == [{"id": 100, "features": [1.0, 2.0]}]
+
+
+def test_unknown_column_fails_before_reading(tmp_path):
+    with pytest.raises(ValueError, match="--label column 'nope'"):
+        list(RecordReader(_write(tmp_path, "d.csv", CSV), label="nope"))
+
+
+def test_jsonl(tmp_path):
+    text = ('{"x": 1, "y": 2.5, "tag": "a", "label": true}\n\n'
+            '{"x": 3, "y": 4, "tag": "b", "label": false}\n')
+    assert list(RecordReader(_write(tmp_path, "d.jsonl", text))) == [
+        {"id": 0, "features": [1.0, 2.5], "label": True},
+        {"id": 1, "features": [3.0, 4.0], "label": False}]
+
+
+def test_stdin_csv_by_default_and_jsonl_by_format():
+    assert list(RecordReader("-", stdin=io.StringIO("a,label\n1,2\n"))) == [
+        {"id": 0, "features": [1.0], "label": 2}]
+    assert list(RecordReader("-", format="jsonl", stdin=io.StringIO('{"a": 5}\n'))) == [
+        {"id": 0, "features": [5.0]}]
+
+
+def test_bad_csv_rows_are_reported_with_their_line_and_skipped(tmp_path):
+    text = ("a,b,label\n"
+            "1,2,0\n"       # line 2: fine
+            "1,oops,1\n"    # line 3: non-numeric feature
+            "1,2\n"         # line 4: wrong column count
+            "1,2,\n"        # line 5: missing label
+            "1,nan,1\n"     # line 6: not finite
+            "5,6,1\n")      # line 7: fine
+    items = list(RecordReader(_write(tmp_path, "d.csv", text)))
+    bad = [str(i) for i in items if isinstance(i, BadRow)]
+    assert bad == ["line 3: feature 'b' is not a finite number: 'oops'",
+                   "line 4: expected 3 columns, got 2",
+                   "line 5: missing label in column 'label'",
+                   "line 6: feature 'b' is not a finite number: 'nan'"]
+    good = [i for i in items if not isinstance(i, BadRow)]
+    assert good == [{"id": 0, "features": [1.0, 2.0], "label": 0},
+                    {"id": 5, "features": [5.0, 6.0], "label": 1}]  # ids do not shift
+
+
+def test_bad_jsonl_lines(tmp_path):
+    text = ('{"a": 1, "label": 0}\n'
+            '{"a": 1, "label": \n'
+            '[1, 2]\n'
+            '{"a": "x", "label": 1}\n'
+            '{"a": 2}\n'
+            '{"a": 3, "label": 1}\n')
+    items = list(RecordReader(_write(tmp_path, "d.jsonl", text)))
+    bad = [(i.line, i.reason.split(":")[0]) for i in items if isinstance(i, BadRow)]
+    assert bad == [(2, "invalid JSON"), (3, "expected a JSON object, got list"),
+                   (4, "feature 'a' is not a finite number"), (5, "missing label 'label'")]
+    assert [i["id"] for i in items if isinstance(i, dict)] == [0, 5]
+
+
+def test_limit_counts_records_not_bad_rows(tmp_path):
+    text = "a,label\nx,0\n1,0\n2,0\n3,0\n"
+    items = list(RecordReader(_write(tmp_path, "d.csv", text), limit=2))
+    assert [i["features"] for i in items if isinstance(i, dict)] == [[1.0], [2.0]]
+    assert len(items) == 3
+
+
+def test_forecast_every_and_records_per_message():
+    records = [{"id": i, "features": [float(i)], "label": i % 2} for i in range(7)]
+    sent = []
+    summary = write_stream([*records[:3], BadRow(9, "x"), *records[3:]],
+                           lambda topic, value: sent.append((topic, value)),
+                           forecast_every=3, records_per_message=2, errors=io.StringIO())
+    assert summary.to_json() | {"seconds": 0} == {"dataset": "", "training": 5,
+                                                  "forecasting": 2, "skipped": 1, "seconds": 0}
+    train = [v for t, v in sent if t == "training"]
+    fore = [v for t, v in sent if t == "forecasting"]
+    assert train == [[records[0], records[1]], [records[3], records[4]], [records[6]]]
+    assert fore == [[{"id": 2, "features": [2.0]}, {"id": 5, "features": [5.0]}]]
+
+
+def test_one_record_per_message_is_a_plain_object_and_rate_paces():
+    sent = []
+    summary = write_stream(({"id": i, "features": [0.0]} for i in range(5)),
+                           lambda t, v: sent.append(v), rate=100.0)
+    assert sent[0] == {"id": 0, "features": [0.0]} and summary.training == 5
+    assert summary.seconds >= 0.04  # 5 records at 100/s: the last one at 40 ms
+
+
+def test_river_phishing():
+    reader = RecordReader("river:Phishing", limit=3)
+    items = list(reader)
+    assert reader.total == 3 and len(items) == 3
+    assert items[0]["id"] == 0 and len(items[0]["features"]) == 9
+    assert items[0]["label"] is True
+
+
+def test_river_generator_is_seeded_and_limited():
+    first = list(RecordReader("river:synth.Agrawal", seed=7, limit=5))
+    again = list(RecordReader("river:synth.Agrawal", seed=7, limit=5))
+    other = list(RecordReader("river:synth.Agrawal", seed=8, limit=5))
+    assert first == again != other and len(first) == 5
+    assert len(first[0]["features"]) == 9 and isinstance(first[0]["label"], int)
+    assert RecordReader("river:synth.SEA", seed=1).total == DEFAULT_GENERATOR_LIMIT
+
+
+@pytest.mark.parametrize("source, kwargs, message", [
+    ("river:Nope", {}, "unknown river dataset"),
+    ("river:Higgs", {}, "needs a download"),
+    ("river:Phishing", {"seed": 1}, "takes no seed"),
+    ("river:Phishing", {"label": "y"}, "--label and --id apply"),
+    ("data.txt", {}, "cannot tell the format"),
+    ("missing.csv", {}, "no such file"),
+])
+def test_bad_sources_are_refused(source, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RecordReader(source, **kwargs)
+
+
+def test_the_command_through_the_real_broker(broker, tmp_path, capsys):
+    from flink_jobs.kafka_io import TopicReader
+
+    path = _write(tmp_path, "my.csv", "a,b,class\n1,2,x\n3,4,y\n5,bad,z\n6,7,x\n8,9,y\n")
+    prefix = "streamfiles-"
+    assert main(["stream", path, "--label", "class", "--forecast-every", "2",
+                 "--records-per-message", "2", "--no-progress",
+                 "--bootstrap-servers", broker.bootstrap_servers, "--topic-prefix", prefix]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1]) | {"seconds": 0} == {
+        "dataset": path, "training": 2, "forecasting": 2, "skipped": 1, "seconds": 0}
+    assert "line 4: feature 'b' is not a finite number: 'bad'" in err
+    got = {}
+    for topic in ("training", "forecasting"):
+        reader = TopicReader(broker.bootstrap_servers, prefix + topic)
+        got[topic] = list(reader.drain(idle_ms=500))
+        reader.close()
+    assert got["training"] == [[{"id": 0, "features": [1.0, 2.0], "label": "x"},
+                                {"id": 3, "features": [6.0, 7.0], "label": "x"}]]
+    assert got["forecasting"] == [[{"id": 1, "features": [3.0, 4.0]},
+                                   {"id": 4, "features": [8.0, 9.0]}]]
+
+
+def test_the_command_refuses_a_bad_source_with_exit_2(capsys):
+    assert main(["stream", "river:Nope", "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    assert "unknown river dataset" in capsys.readouterr().err
