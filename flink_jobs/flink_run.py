@@ -9,6 +9,10 @@ Checkpointing is on by default (10 s, exactly-once barriers; storage from
 process mode (separate Python workers, whose state writes are cached until the bundle's
 end). Resume from a savepoint with ``flink run -s PATH -py flink_jobs/flink_run.py …``
 and the same ``--spokes``/``--hubs``. Every option is explained in docs/operations.md.
+
+``--config deploy.yaml`` (or ``.toml``) reads every setting from one file, the same file
+``omldm serve --config`` takes (:mod:`flink_jobs.config_file`); flags given on the command
+line win over it.
 """
 
 from __future__ import annotations
@@ -22,14 +26,18 @@ if __package__ in (None, ""):  # run as a script by flink run: make the packages
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from flink_jobs.config import JobConfig, Topics, add_sharding_arguments, sharding_settings  # noqa: E402
+from flink_jobs.config_file import apply_to_parser, job_settings, read_config_argument  # noqa: E402
 from flink_jobs.connection import KafkaConnection  # noqa: E402
 
-__all__ = ["parser", "config_from_args", "main"]
+__all__ = ["parser", "parse", "config_from_args", "main"]
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flink_run.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="FILE",
+                   help="a YAML or TOML file of job settings (flink_jobs/config_file.py); "
+                        "flags given here win over it")
     KafkaConnection.add_arguments(p)
     p.add_argument("--topic-prefix", default="", help="prefix of every topic name")
     p.add_argument("--spokes", type=int, default=2, help="spoke parallelism (local learners)")
@@ -63,8 +71,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_from_args(args: argparse.Namespace) -> JobConfig:
-    """The JobConfig that the command-line options describe.
+def config_from_args(args: argparse.Namespace, file_settings: dict | None = None) -> JobConfig:
+    """The JobConfig that the command-line options describe, with the settings of a
+    ``--config`` file that no flag takes (``file_settings``, from
+    :func:`flink_jobs.config_file.load_config_file`; those with a flag are already the
+    flags' defaults, :func:`parse`).
 
     Raises
     ------
@@ -77,23 +88,40 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
     if not conn.bootstrap_servers:
         raise SystemExit("flink_run.py: --bootstrap-servers (or $OMLDM_BOOTSTRAP_SERVERS) is required")
     prefix = args.topic_prefix or ""
+    extra = {"topics": Topics(**{f: prefix + v for f, v in Topics().__dict__.items()}),
+             **job_settings(file_settings or {}, args)}
     return JobConfig(bootstrap_servers=conn.bootstrap_servers, spokes=args.spokes, hubs=args.hubs,
                      execution_mode=args.mode, checkpoint_interval_ms=args.checkpoint_interval_ms,
                      checkpoint_dir=args.checkpoint_dir,
                      exactly_once_outputs=args.exactly_once_outputs, group_id=args.group_id,
                      startup_mode=args.startup_mode, connection=conn,
-                     topics=Topics(**{f: prefix + v for f, v in Topics().__dict__.items()}),
                      protocol_modules=tuple(args.protocol_module), metrics=args.metrics,
                      max_batch_delay_ms=args.max_batch_delay_ms,
-                     max_batch_records=args.max_batch_records, **sharding_settings(args))
+                     max_batch_records=args.max_batch_records,
+                     **{**sharding_settings(args), **extra})
+
+
+def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
+    """The command line, with a ``--config`` file's settings as the flags' defaults:
+    (arguments, the file's settings).
+
+    Raises
+    ------
+    ValueError
+        A ``--config`` file that cannot be read or has a bad setting.
+    """
+    p = parser()
+    _, settings = read_config_argument(argv)
+    apply_to_parser(p, settings)
+    return p.parse_args(argv), settings
 
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from flink_jobs.job import build_job, create_environment
 
-    args = parser().parse_args(argv)
-    cfg = config_from_args(args)
+    args, settings = parse(argv)
+    cfg = config_from_args(args, settings)
     env = create_environment(cfg, local=False)
     build_job(env, cfg, args.job_name)
     env.execute(args.job_name)
