@@ -156,7 +156,16 @@ class HubKernel:
         spoke whose records ran out) is sent again only when the spokes waiting on its
         answer acknowledge theirs (seen: FDA on Shuttle, three spokes paused for good). A
         spoke that gets a copy of what it had acknowledges at once
-        (:meth:`operators.spoke_kernel.SpokeKernel.acknowledge`), so each copy is sent once."""
+        (:meth:`operators.spoke_kernel.SpokeKernel.acknowledge`), so each copy is sent once.
+
+        The pipeline's hub node gets ``feedback_round_trip_ms``: milliseconds from sending
+        the newest frame this acknowledgement covers to its arrival (hub → psMessages →
+        spoke, then the spoke's next message to this hub, which carries the acknowledgement:
+        the spoke's work until then included)."""
+        sent = [t for seq, t, _ in self.window.frames.get((network, spoke), ()) if seq < expected]
+        node = self.nodes.get(network)
+        if sent and node is not None:  # the newest frame this acknowledgement covers
+            node.feedback_round_trip_ms = 1000.0 * (self.clock() - max(sent))
         self.window.acknowledge(network, spoke, expected)
         for record in self.window.overdue(network, self.clock(), RESEND_AFTER_S):
             self.out.append((None, record))

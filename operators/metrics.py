@@ -14,9 +14,26 @@ batches                    spoke  mini-batches fitted
 prequentialAccuracyPpm     spoke  prequential (test-then-train) accuracy, parts per million
 messagesToHubs/bytesToHubs spoke  envelopes and bytes sent to hubs
 messagesFromHubs/...Bytes  spoke  envelopes and bytes received from hubs (psMessages)
+rollingAccuracyPpm         spoke  classifiers: accuracy over this spoke's share of the
+                                  rolling window (``metricsWindow``), parts per million
+rollingMacroF1Ppm          spoke  classifiers: macro F1 over it, parts per million
+rollingKappaPpm            spoke  classifiers: Cohen's kappa over it, parts per million
+                                  (negative when worse than chance)
+rollingMaeMicro            spoke  regressors: mean absolute error over it, millionths of
+                                  the label's unit
+rollingRmseMicro           spoke  regressors: root mean squared error, likewise
+rollingR2Ppm               spoke  regressors: R² over it, parts per million
 updates                    hub    updates applied to the global model (synchronizations)
 messagesToSpokes/...       hub    envelopes and bytes sent to spokes, received from them
+feedbackRoundTripMs        hub    milliseconds from a hub→spoke frame sent to the spoke's
+                                  acknowledgement of it (the last one; see
+                                  :meth:`operators.hub_kernel.HubKernel.acknowledged`)
 =========================  =====  ==========================================================
+
+The rolling quality metrics are each spoke's own (:class:`learning.metrics.QualityState`,
+river's definitions): a pipeline's value is about the average over its spoke subtasks
+(exact in a Query, which merges the spokes' statistics). They appear once the window has
+records; a pipeline of the other task, or with ``metricsWindow`` 0, has none.
 
 a meter ``fittedPerSecond`` per pipeline on spokes (records fitted per second, Flink's
 ``MeterView`` over 60 s), and, without the pipeline group, the kernel's service counters (``requestsAccepted``,
@@ -41,6 +58,17 @@ def _sum(counter) -> int:
     return int(sum(counter.values()))
 
 
+def _rolling(value: str, scale: float) -> Callable[[Any], int]:
+    """Reads a spoke's own rolling ``value`` (:meth:`learning.metrics.QualityState.own_values`),
+    scaled to an integer; raises (the metric is skipped) where the pipeline has none."""
+    def read(node) -> int:
+        got = node.quality.own_values()["rolling"][value]
+        if got is None:
+            raise LookupError(value)
+        return round(scale * got)
+    return read
+
+
 SPOKE_METRICS: dict[str, Callable[[Any], int]] = {
     "fitted": lambda n: n.fitted,
     "predicted": lambda n: n.predicted,
@@ -51,6 +79,10 @@ SPOKE_METRICS: dict[str, Callable[[Any], int]] = {
     "bytesToHubs": lambda n: _sum(n.stats.sent_bytes),
     "messagesFromHubs": lambda n: _sum(n.stats.received_messages),
     "bytesFromHubs": lambda n: _sum(n.stats.received_bytes),
+    **{name: _rolling(value, scale) for name, value, scale in (
+        ("rollingAccuracyPpm", "accuracy", 1e6), ("rollingMacroF1Ppm", "macroF1", 1e6),
+        ("rollingKappaPpm", "kappa", 1e6), ("rollingMaeMicro", "mae", 1e6),
+        ("rollingRmseMicro", "rmse", 1e6), ("rollingR2Ppm", "r2", 1e6))},
 }
 HUB_METRICS: dict[str, Callable[[Any], int]] = {
     "updates": lambda n: n.updates,
@@ -58,6 +90,7 @@ HUB_METRICS: dict[str, Callable[[Any], int]] = {
     "bytesToSpokes": lambda n: _sum(n.stats.sent_bytes),
     "messagesFromSpokes": lambda n: _sum(n.stats.received_messages),
     "bytesFromSpokes": lambda n: _sum(n.stats.received_bytes),
+    "feedbackRoundTripMs": lambda n: round(n.feedback_round_trip_ms),
 }
 SERVICE_METRICS = ("requestsAccepted", "requestsRejected", "badMessages", "handlerErrors",
                    "recordsWithoutPipeline", "restores", "dataRecords", "dataBatches")

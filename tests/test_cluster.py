@@ -182,6 +182,16 @@ def test_flink_metrics_reach_prometheus(run):
     assert metric_sum(text, "omldm_pipeline_updates") > 0  # the hub's
     assert "omldm_pipeline_fittedPerSecond" in text  # a meter
     assert 0.99e6 <= metric_sum(text, "omldm_pipeline_prequentialAccuracyPpm") / 2 <= 1e6
+    assert 0.9e6 <= metric_sum(text, "omldm_pipeline_rollingAccuracyPpm") / 2 <= 1e6
+    # every metric the Grafana dashboard queries is in the scrape; the regression panel's
+    # only where a regressor runs (this job's pipeline is a classifier: they are checked to
+    # be exported in tests/test_metrics_quality.py)
+    from deploy.grafana import METRIC_PREFIX, queried_metrics
+
+    regression = {METRIC_PREFIX + n for n in ("rollingMaeMicro", "rollingRmseMicro", "rollingR2Ppm")}
+    missing = [name for name in sorted(queried_metrics() - regression)
+               if not re.search(rf"^{name}\{{", text, re.M)]
+    assert not missing, missing
 
 
 def test_stop_with_savepoint_and_resume(run, tmp_path):

@@ -73,6 +73,15 @@ def test_accuracy_is_honest_and_meets_the_bar(shuttle_run):
     print(f"held-out accuracy {forecast:.4f}")
     assert forecast >= 0.98
     assert 0 < final["meanLoss"] < 0.1
+    # quality beyond accuracy (learning.metrics), merged from both spokes by hub 0
+    m = final["metrics"]
+    assert m["task"] == "classification" and m["window"] == 1000
+    # records predicted before a spoke's learner saw a label (None) are not scored
+    assert final["fitted"] - 100 <= m["cumulative"]["records"] <= final["fitted"]
+    assert m["cumulative"]["accuracy"] == pytest.approx(final["prequentialAccuracy"], abs=2e-3)
+    assert m["cumulative"]["kappa"] >= 0.9 and m["cumulative"]["macroF1"] >= 0.95, m
+    assert 1000 <= m["windowRecords"] < 2000 and m["rolling"]["accuracy"] >= 0.95, m
+    assert [s["metrics"]["window"] for s in final["spokes"]] == [500, 500]
 
 
 def test_each_spoke_runs_in_its_own_subtask(shuttle_run):

@@ -18,6 +18,7 @@ import orjson
 from learning.errors import RequestError
 from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, decide, declared_layout,
                              inspect_record, vote_counter, vote_list)
+from learning.metrics import SUPERVISED_TASKS, QualityState, report
 from learning.pipeline import Pipeline
 from learning.protocols.parameters import TRAINING_PARAMETERS
 from learning.registry import make_learner, make_pipeline, make_preprocessor
@@ -125,9 +126,16 @@ class PipelineSpoke(Node):
         :mod:`learning.scaling`).
 
     Statistics (records): ``fitted``, ``predicted`` (forecasting records answered),
-    ``rejected``, ``correct`` (prequential hits), ``loss_sum`` (sum of per-record losses);
-    a Query also reports ``held``: records waiting while this pipeline's stream is paused.
+    ``rejected``, ``correct`` (prequential hits), ``loss_sum`` (sum of per-record losses),
+    ``quality``: the prequential predictions' confusion counts or error moments, cumulative
+    and over this spoke's share of ``trainingConfiguration.metricsWindow``
+    (:class:`learning.metrics.QualityState`; None for clustering); a Query also reports
+    ``held``: records waiting while this pipeline's stream is paused.
     """
+
+    #: class defaults, so that a spoke restored from a snapshot taken before the field
+    #: existed reports no quality metrics instead of failing
+    quality: QualityState | None = None
 
     def __init__(self, request) -> None:
         super().__init__()
@@ -155,6 +163,8 @@ class PipelineSpoke(Node):
         self.last_error: str | None = None
         self.loss_sum = 0.0
         self.queries = 0
+        self.quality = QualityState(self._task, TRAINING_PARAMETERS["metricsWindow"].of(cfg)) \
+            if self._supervised and self._task in SUPERVISED_TASKS else None
 
     @property
     def n_features(self) -> int | None:
@@ -173,6 +183,7 @@ class PipelineSpoke(Node):
         ``max(1, round(miniBatchSize / n))`` records under ``batch`` / ``both`` (eq. 3),
         and the learner steps at ``1 / n`` of its declared step size under
         ``learning-rate`` / ``both`` (eq. 4); its declared hyperparameters stay as given.
+        The rolling quality metrics keep ``ceil(metricsWindow / n)`` records on this spoke.
 
         Raises
         ------
@@ -187,6 +198,8 @@ class PipelineSpoke(Node):
         self.mini_batch_size = spoke_mini_batch_size(int(cfg["miniBatchSize"]), self.scaling, n)
         self.mini_batches = int(cfg["miniBatches"])
         scale_learner(self.pipeline.learner, self.scaling, n)
+        if self.quality is not None:
+            self.quality.resize(-(-TRAINING_PARAMETERS["metricsWindow"].of(cfg) // n))
 
     # -- stream --------------------------------------------------------------------------
     def on_record(self, train: bool, rec: dict) -> None:
@@ -382,7 +395,7 @@ class PipelineSpoke(Node):
         y = self._y
         self._X, self._y = [], []
         try:
-            _, n_correct, loss = self.pipeline.test_then_train(X, y)
+            predictions, n_correct, loss = self.pipeline.test_then_train(X, y)
         except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
             # a batch the learner cannot take (e.g. a CNN fed records of the wrong width):
             # counted and reported, never fatal to the job
@@ -392,6 +405,8 @@ class PipelineSpoke(Node):
             self.last_error = f"{type(exc).__name__}: {exc}"
             return
         self.fitted += len(X)
+        if self.quality is not None:
+            self.quality.update(y, predictions)
         self.correct += n_correct
         self.loss_sum += float(loss)
         self.batches += 1
@@ -450,12 +465,15 @@ class PipelineSpoke(Node):
             "held": len(self.ctx.backlog), "layoutHeld": len(self._held),
             "layout": self.layout.to_json(), "network": self.stats.to_json(),
             "scaling": describe(self.pipeline.learner, self.scaling, self.mini_batch_size),
+            "quality": self.quality.to_json() if self.quality is not None else None,
         }
 
 
 class PipelineHub(Node):
     """One pipeline on one hub (a shard of the parameter server): holds the global model
     as a learner instance used as a parameter container, and answers Queries."""
+
+    feedback_round_trip_ms: float | None = None  # a snapshot from before the field: none
 
     def __init__(self, request) -> None:
         super().__init__()
@@ -471,6 +489,9 @@ class PipelineHub(Node):
         self.layout = declared_layout(request.learner or {}, self._task, self._supervised)
         self.quorum = int(request.training_configuration.get("layoutQuorum", DEFAULT_QUORUM))
         self.layout_votes: Counter = Counter()  # (width, label kind) -> records, all spokes
+        #: the feedback loop's last round trip to a spoke and back, milliseconds; set by the
+        #: host kernel from the spokes' acknowledgements (operators.hub_kernel); None: none yet
+        self.feedback_round_trip_ms: float | None = None
 
     # -- layout agreement (hub 0; learning.layout) -----------------------------------------
     @remote(oneway=True)
@@ -548,7 +569,9 @@ class PipelineHub(Node):
         return out
 
     def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
-        """The answer to a Query, from every spoke's statistics and this hub's model."""
+        """The answer to a Query, from every spoke's statistics and this hub's model;
+        ``metrics``: the quality metrics of :func:`learning.metrics.report` (None for
+        clustering), also per spoke over its own share of the window."""
         limit = self.ctx.max_response_params
         fitted = sum(s["fitted"] for s in spokes)
         correct = sum(s["correct"] for s in spokes)
@@ -568,6 +591,8 @@ class PipelineHub(Node):
         })
         # what the spokes ran (learning.scaling): the same on every spoke
         proto.update(spokes[0]["scaling"])
+        window = TRAINING_PARAMETERS["metricsWindow"].of(self.request.training_configuration)
+        quality = [s["quality"] for s in spokes if s.get("quality")]
         return {
             "requestId": request_id, "id": self.request.id, "request": "Query", "status": "ok",
             "fitted": fitted, "fittedPerSpoke": [s["fitted"] for s in spokes],
@@ -580,6 +605,7 @@ class PipelineHub(Node):
             "prequentialAccuracy": (correct / fitted if fitted and getattr(
                 self.learner, "task", "classification") == "classification" else None),
             "cumulativeLoss": loss, "meanLoss": loss / fitted if fitted else None,
+            "metrics": report(quality, window) if quality else None,
             "protocol": proto,
             "spokes": [{
                 "spoke": s["spoke"], "fitted": s["fitted"], "predicted": s["predicted"],
@@ -591,6 +617,8 @@ class PipelineHub(Node):
                 "messagesReceived": s["network"]["messages_received"],
                 "bytesReceived": s["network"]["bytes_received"],
                 "duplicatesDropped": s["network"]["duplicates_dropped"],
+                "metrics": report([s["quality"]], s["quality"]["window"])
+                if s.get("quality") else None,
                 **s.get("protocol", {})} for s in spokes],
             "learner": {"name": self.request.learner["name"],
                         "hyperParameters": self.learner.hyperparameters()},

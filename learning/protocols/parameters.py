@@ -4,7 +4,7 @@ with its name, type, default, allowed interval or choices and a one-line descrip
 
 - :data:`TRAINING_PARAMETERS`: the keys every pipeline has (``protocol``,
   ``hubParallelism``, ``miniBatchSize``, ``miniBatches``, ``layoutQuorum``, ``aggregation``,
-  ``scaling``: :mod:`learning.scaling`);
+  ``scaling``: :mod:`learning.scaling`; ``metricsWindow``: :mod:`learning.metrics`);
 - each protocol's own, in its module (e.g. :data:`learning.protocols.ssp.PARAMETERS`), as a
   :class:`ProtocolParams`; :func:`learning.protocols.register_protocol` binds it to the
   protocol's names with :func:`declare`.
@@ -360,6 +360,9 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
           "miniBatchSize is the global B, a spoke fits max(1, round(B/n)) (eq. 3); "
           "learning-rate: the learner's step size / n (eq. 4; learning_rate, PA's C); both",
           choices=("none", "batch", "learning-rate", "both")),  # learning.scaling runs them
+    Param("metricsWindow", int, 1000, "records of the rolling quality metrics (learning.metrics; "
+          "each of n spokes keeps its last ceil(W/n), in whole mini-batches); 0: cumulative only",
+          interval="[0, 10000000]"),
 ))
 
 #: Written into the ``trainingConfiguration`` of a Create request where missing.
