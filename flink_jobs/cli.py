@@ -12,6 +12,14 @@
 * ``omldm experiment sharding`` — papers/001's sharding strategies and scaling rules on
   non-IID streams (in-process kernel only).
 * ``omldm setup`` — fetch and check the connector jars and the Shuttle file.
+* ``omldm list learners|preprocessors|protocols`` — every component with its names and
+  every hyperparameter (type, default, allowed values, description), from the declarations
+  (:mod:`learning.hyperparameters`, :mod:`learning.protocols.parameters`).
+* ``omldm --version``.
+
+Exit codes (:data:`EXIT_CODES`): 0 ok, 1 an error response or a failure, 2 a usage error
+(a bad flag or setting), 3 a timeout. An error is one line ``omldm: ...`` on stderr; with
+``-v`` its traceback too.
 
 Connection options (``--bootstrap-servers``, SASL/TLS) are shared by every subcommand and
 default to the ``OMLDM_*`` environment variables (:mod:`flink_jobs.connection`).
@@ -21,23 +29,36 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
+import importlib.metadata
 import json
 import logging
 import os
 import signal
 import sys
 import time
+import traceback
 import uuid
 from typing import Any
 
 import orjson
 
 from flink_jobs.config import JobConfig, Topics, add_sharding_arguments, sharding_settings
+from flink_jobs.config_file import apply_to_parser, job_settings, read_config_argument
 from flink_jobs.connection import KafkaConnection
 
-__all__ = ["main", "build_request"]
+__all__ = ["main", "build_request", "EXIT_CODES", "version"]
 
 log = logging.getLogger("omldm")
+
+#: exit status → meaning, as ``omldm --help`` lists them
+EXIT_CODES = {0: "ok", 1: "an error response to a request, or the command failed",
+              2: "usage: a bad flag, a missing or invalid setting",
+              3: "timeout: no answer or count in time (--timeout)"}
+
+
+class UsageError(Exception):
+    """A bad flag or setting found after parsing: exit status 2."""
 
 
 def _topics(args: argparse.Namespace) -> Topics:
@@ -47,7 +68,7 @@ def _topics(args: argparse.Namespace) -> Topics:
 
 def _need_servers(conn: KafkaConnection) -> str:
     if not conn.bootstrap_servers:
-        raise SystemExit("omldm: --bootstrap-servers (or $OMLDM_BOOTSTRAP_SERVERS) is required")
+        raise UsageError("--bootstrap-servers (or $OMLDM_BOOTSTRAP_SERVERS) is required")
     return conn.bootstrap_servers
 
 
@@ -101,7 +122,8 @@ def _serve(args: argparse.Namespace) -> int:
                        protocol_modules=tuple(args.protocol_module or ()),
                        checkpoint_interval_ms=args.checkpoint_interval_ms,
                        exactly_once_outputs=args.exactly_once_outputs,
-                       max_batch_delay_ms=args.max_batch_delay_ms, **sharding_settings(args))
+                       max_batch_delay_ms=args.max_batch_delay_ms, **sharding_settings(args),
+                       **job_settings(getattr(args, "config_settings", {}), args))
     session = Session(cfg, "omldm-serve")
     try:
         session.start()
@@ -129,11 +151,20 @@ def _serve(args: argparse.Namespace) -> int:
                     rate = (r["fitted"] - p["fitted"]) / max(now - p["t"], 1e-9)
                     p.update(fitted=r["fitted"], t=now)
                     acc = r.get("prequentialAccuracy")
+                    # rolling quality (learning.metrics): kappa / macro F1 or MAE / RMSE
+                    quality = ""
+                    rolling = (r.get("metrics") or {}).get("rolling") or {}
+                    shown = [(k, rolling.get(k)) for k in ("kappa", "macroF1", "mae", "rmse")
+                             if rolling.get(k) is not None]
+                    if shown:
+                        quality = f", rolling {r['metrics']['windowRecords']:,}: " + ", ".join(
+                            f"{k} {v:.4f}" if k in ("kappa", "macroF1") else f"{k} {v:.4g}"
+                            for k, v in shown)
                     print(f"pipeline {r['id']}: fitted {r['fitted']:,} ({rate:,.0f}/s), predicted "
                           f"{r['predicted']:,}, rejected {r['rejected']:,}, prequential "
                           f"{'-' if acc is None else f'{acc:.4f}'}, mean loss "
-                          f"{r['meanLoss'] if r['meanLoss'] is None else round(r['meanLoss'], 5)}",
-                          flush=True)
+                          f"{r['meanLoss'] if r['meanLoss'] is None else round(r['meanLoss'], 5)}"
+                          f"{quality}", flush=True)
             if time.monotonic() >= next_report:
                 next_report = time.monotonic() + args.progress_interval
                 for pid in pipelines:
@@ -161,7 +192,7 @@ def _pairs(items: list[str] | None, flag: str) -> dict:
     out = {}
     for item in items or []:
         if "=" not in item:
-            raise SystemExit(f"omldm: {flag} takes NAME=VALUE, got {item!r}")
+            raise UsageError(f"{flag} takes NAME=VALUE, got {item!r}")
         k, v = item.split("=", 1)
         out[k] = _value(v)
     return out
@@ -175,12 +206,12 @@ def build_request(args: argparse.Namespace) -> dict:
         text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
         req = json.loads(text)
         if not isinstance(req, dict):
-            raise SystemExit("omldm: the request file must hold a JSON object")
+            raise UsageError("the request file must hold a JSON object")
     req["request"] = args.kind.capitalize()
     if args.id is not None:
         req["id"] = args.id
     if "id" not in req:
-        raise SystemExit("omldm: --id (or an id in the file) is required")
+        raise UsageError("--id (or an id in the file) is required")
     req["requestId"] = args.request_id or req.get("requestId") or f"cli-{uuid.uuid4().hex[:8]}"
     if args.kind in ("create", "update"):
         hyper = _pairs(args.hyper, "--hyper")
@@ -223,8 +254,8 @@ def _request(args: argparse.Namespace) -> int:
     try:
         answer = reader.wait_for(lambda r: r.get("requestId") == req["requestId"], args.timeout)
     except TimeoutError:
-        print(f"omldm: no response to {req['requestId']!r} within {args.timeout} s", file=sys.stderr)
-        return 3
+        raise TimeoutError(f"no response to {req['requestId']!r} within {args.timeout} s") \
+            from None
     finally:
         reader.close()
     print(json.dumps(answer, indent=2))
@@ -346,12 +377,178 @@ _TOPIC_FIELDS = {"training": "training", "forecasting": "forecasting", "requests
                  "responses": "responses", "deadLetters": "dead_letters"}
 
 
+# -- list / version ------------------------------------------------------------------------
+def version() -> str:
+    """``omldm X (PyFlink Y, Python Z)``: the installed distributions' versions."""
+    def of(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (f"omldm {of('omldm')} (PyFlink {of('apache-flink')}, Python "
+            f"{sys.version.split()[0]})")
+
+
+def _text(value: Any) -> str:
+    return "none" if value is None else json.dumps(value)
+
+
+def _component_lines(entry: dict) -> list[str]:
+    names = entry["names"]
+    also = f" (also {', '.join(names[1:])})" if len(names) > 1 else ""
+    lines = [f"{names[0]}{also}: {entry['summary']}"]
+    if not entry["declared"]:
+        lines.append("  hyperparameters not declared (the class's constructor arguments)")
+    if not entry["hyperParameters"]:
+        lines.append("  no hyperparameters")
+    for h in entry["hyperParameters"]:
+        lines.append(f"  {h['name']} ({h['type']}, default {_text(h['default'])}; "
+                     f"{h['allowed']}): {h['description']}")
+    return lines
+
+
+def _protocol_entries() -> list[dict]:
+    """Every protocol declaration with its names (common parameters first), JSON-safe."""
+    from learning.protocols import PROTOCOLS
+    from learning.protocols.parameters import TRAINING_PARAMETERS, declared
+    from learning.hyperparameters import summary
+
+    def params(decl) -> list[dict]:
+        return [{"name": p.name, "type": p.type.__name__,
+                 "default": None if p.required else p.default, "required": p.required,
+                 "allowed": "; ".join([p.allowed(), *(r.text for r in decl.rules
+                                                      if r.params[-1] == p.name)]),
+                 "description": p.description} for p in decl.params]
+
+    out = [{"names": [], "summary": "the trainingConfiguration keys of every protocol",
+            "reference": TRAINING_PARAMETERS.reference, "term": "",
+            "parameters": params(TRAINING_PARAMETERS)}]
+    groups: list[tuple[list[str], Any]] = []
+    for name, decl in declared().items():
+        for names, d in groups:
+            if d is decl:
+                names.append(name)
+                break
+        else:
+            groups.append(([name], decl))
+    for names, decl in groups:
+        spoke = PROTOCOLS[names[0]][0] if names[0] in PROTOCOLS else None
+        out.append({"names": names, "summary": summary(spoke) if spoke else "",
+                    "reference": decl.reference, "term": decl.term,
+                    "parameters": params(decl)})
+    return out
+
+
+def _protocol_lines(entry: dict) -> list[str]:
+    if entry["names"]:
+        names = entry["names"]
+        term = f" ({entry['term']})" if entry["term"] else ""
+        also = f" (also {', '.join(names[1:])})" if len(names) > 1 else ""
+        lines = [f"{names[0]}{term}{also}: {entry['summary']} [{entry['reference']}]"]
+    else:
+        lines = [f"every protocol: {entry['summary']} [{entry['reference']}]"]
+    if not entry["parameters"]:
+        lines.append("  no parameters of its own")
+    for p in entry["parameters"]:
+        default = "required" if p["required"] else f"default {_text(p['default'])}"
+        lines.append(f"  {p['name']} ({p['type']}, {default}; {p['allowed']}): "
+                     f"{p['description']}")
+    return lines
+
+
+def _list(args: argparse.Namespace) -> int:
+    from learning.registry import LEARNERS, PREPROCESSORS, catalogue
+
+    for module in args.protocol_module or ():  # user protocols, learners, preprocessors
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            raise UsageError(f"--protocol-module {module}: {e}") from None
+    if args.what == "protocols":
+        entries, lines = _protocol_entries(), _protocol_lines
+    else:
+        table = LEARNERS if args.what == "learners" else PREPROCESSORS
+        entries, lines = catalogue(table), _component_lines
+    if args.json:
+        print(json.dumps(entries, indent=2))
+    else:
+        print("\n\n".join("\n".join(lines(e)) for e in entries))
+    return 0
+
+
 # -- parser --------------------------------------------------------------------------------
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="omldm", description="Distributed online machine "
-                                     "learning on Apache Flink.")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    sub = parser.add_subparsers(dest="command", required=True)
+class _Parser(argparse.ArgumentParser):
+    """A parser whose usage errors are one line on stderr (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, unless the help already names it; an
+    unset default shows as ``none``, a flag's as ``off``."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text.lower() or not action.option_strings
+                or action.default is argparse.SUPPRESS):
+            return text
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            return f"{text} (default: {'on' if action.default else 'off'})"
+        if action.default is None or action.default == []:
+            return f"{text} (default: none)"
+        if action.default == "":
+            return f"{text} (default: empty)"
+        return f"{text} (default: %(default)s)"
+
+
+class _TopHelp(_Help, argparse.RawDescriptionHelpFormatter):
+    """The top-level help: the epilog's lines (the exit codes) kept as written."""
+
+
+#: help of the connection flags that :meth:`KafkaConnection.add_arguments` leaves without
+#: one (a secret's default is never shown)
+_CONNECTION_HELP = {
+    "security_protocol": "Kafka security.protocol ($OMLDM_SECURITY_PROTOCOL)",
+    "sasl_mechanism": "Kafka sasl.mechanism ($OMLDM_SASL_MECHANISM)",
+    "sasl_username": "SASL user name ($OMLDM_SASL_USERNAME)",
+    "sasl_password": "SASL password; better given as $OMLDM_SASL_PASSWORD (default: that "
+                     "variable, never shown)",
+    "ssl_cafile": "PEM file of the CA certificates to trust ($OMLDM_SSL_CAFILE)",
+}
+
+
+def _finish(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand's parser the help formatter and the connection flags their
+    help (walks the whole tree, experiment subcommands included)."""
+    for action in parser._actions:
+        if action.help is None and action.dest in _CONNECTION_HELP:
+            action.help = _CONNECTION_HELP[action.dest]
+        elif action.dest == "sasl_password":
+            action.help = _CONNECTION_HELP["sasl_password"]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.formatter_class = _Help
+                _finish(sub)
+
+
+def _epilog() -> str:
+    codes = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
+    return ("exit status:\n" + codes + "\nAn error is one line 'omldm: ...' on stderr; -v "
+            "adds its traceback.\n'omldm COMMAND --help' describes a command; 'omldm list "
+            "learners|preprocessors|protocols' every hyperparameter.")
+
+
+def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
+    """The ``omldm`` argument parser; ``serve_settings`` (a ``--config`` file's, from
+    :func:`flink_jobs.config_file.load_config_file`) become ``omldm serve``'s defaults."""
+    parser = _Parser(prog="omldm", description="Distributed online machine learning on "
+                     "Apache Flink.", epilog=_epilog(), formatter_class=_TopHelp)
+    parser.add_argument("--version", action="version", version=version())
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log at INFO level; an error prints its traceback")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, fn, topics: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
@@ -385,9 +582,13 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--limit", type=int, default=None, help="use only the first N records")
     demo.add_argument("--records-per-message", type=int, default=1,
                       help="records per Kafka message (a JSON array when > 1)")
-    demo.add_argument("--mini-batch-size", type=int, default=32)
-    demo.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the counts")
-    demo.add_argument("--no-progress", action="store_true")
+    demo.add_argument("--mini-batch-size", type=int, default=32,
+                      help="trainingConfiguration.miniBatchSize of the demo's pipeline: "
+                           "records a spoke fits at once")
+    demo.add_argument("--timeout", type=float, default=300.0,
+                      help="seconds to wait for every record to be counted (exit 3 past it)")
+    demo.add_argument("--no-progress", action="store_true",
+                      help="no progress lines while waiting")
     demo.add_argument("--checkpoint-interval-ms", type=int, default=0,
                       help="checkpoint every N ms (default 0: off)")
     exactly_once(demo)
@@ -398,38 +599,53 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--embedded-broker", action="store_true",
                        help="start the local broker first (loopback)")
     serve.add_argument("--port", type=int, default=None, help="embedded broker port (default: free)")
-    serve.add_argument("--spokes", type=int, default=2)
-    serve.add_argument("--hubs", type=int, default=1)
-    serve.add_argument("--mode", choices=("thread", "process"), default="thread")
+    serve.add_argument("--spokes", type=int, default=2, help="spoke parallelism")
+    serve.add_argument("--hubs", type=int, default=1, help="hub parallelism")
+    serve.add_argument("--mode", choices=("thread", "process"), default="thread",
+                       help="PyFlink python.execution-mode (process for PyTorch and river "
+                            "learners)")
     serve.add_argument("--progress-interval", type=float, default=5.0,
                        help="seconds between per-pipeline progress lines")
-    serve.add_argument("--protocol-module", action="append",
+    serve.add_argument("--protocol-module", action="append", metavar="MODULE",
                        help="a module registering user protocols (repeatable)")
     serve.add_argument("--checkpoint-interval-ms", type=int, default=0,
                        help="checkpoint every N ms (default 0: off)")
     exactly_once(serve)
     batching(serve)
     sharding(serve)
+    serve.add_argument("--config", metavar="FILE",
+                       help="a YAML or TOML file of job settings, every JobConfig field "
+                            "(deploy/omldm.example.yaml); flags given here win over it")
+    apply_to_parser(serve, serve_settings or {})
 
     req = command("request", "send a request; --wait prints its response", _request)
-    req.add_argument("kind", choices=("create", "update", "delete", "query"))
+    req.add_argument("kind", choices=("create", "update", "delete", "query"),
+                     help="the request: create, update, delete or query")
     req.add_argument("--id", type=int, help="pipeline id")
     req.add_argument("--file", help="a JSON request to start from ('-' reads stdin)")
-    req.add_argument("--request-id", help="default: generated")
+    req.add_argument("--request-id", help="the requestId echoed in the response (default: "
+                     "generated)")
     req.add_argument("--learner", help="learner name, e.g. PA")
     req.add_argument("--hyper", action="append", metavar="NAME=VALUE",
                      help="learner hyperparameter (repeatable; VALUE is JSON or a string)")
     req.add_argument("--preprocessor", action="append", metavar="NAME",
                      help="preprocessor, in order (repeatable)")
-    req.add_argument("--protocol")
-    req.add_argument("--mini-batch-size", type=int)
-    req.add_argument("--mini-batches", type=int)
-    req.add_argument("--hub-parallelism", type=int)
+    req.add_argument("--protocol", help="trainingConfiguration.protocol, e.g. Asynchronous, "
+                     "SSP (omldm list protocols)")
+    req.add_argument("--mini-batch-size", type=int,
+                     help="trainingConfiguration.miniBatchSize: records a spoke fits at once")
+    req.add_argument("--mini-batches", type=int,
+                     help="trainingConfiguration.miniBatches: mini-batches between "
+                          "synchronizations")
+    req.add_argument("--hub-parallelism", type=int,
+                     help="trainingConfiguration.hubParallelism: hubs the model is sharded "
+                          "over")
     req.add_argument("--config", action="append", metavar="KEY=VALUE",
                      help="other trainingConfiguration keys (repeatable)")
     req.add_argument("--wait", action="store_true", help="print the response; exit 1 on an "
                      "error response, 3 on a timeout")
-    req.add_argument("--timeout", type=float, default=30.0)
+    req.add_argument("--timeout", type=float, default=30.0,
+                     help="--wait: seconds to wait for the response (exit 3 past it)")
 
     stream = command("stream", "write records to training (and every N-th one, without its "
                      "label, to forecasting): a CSV / JSON Lines file or stdin, a river "
@@ -476,7 +692,8 @@ def _parser() -> argparse.ArgumentParser:
 
     tail = command("tail", "follow a topic (predictions, responses, ...)", _tail)
     tail.add_argument("topic", help="predictions, responses, deadLetters, ... or any topic name")
-    tail.add_argument("--from-beginning", action="store_true")
+    tail.add_argument("--from-beginning", action="store_true",
+                      help="start at the topic's first record instead of its end")
     tail.add_argument("-n", type=int, default=None, help="stop after N records")
     tail.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
 
@@ -484,20 +701,70 @@ def _parser() -> argparse.ArgumentParser:
 
     add_experiment_parser(sub)
 
-    setup = sub.add_parser("setup", help="fetch and check the connector jars and the Shuttle file")
+    setup = sub.add_parser("setup", help="fetch and check the connector jars and the Shuttle file",
+                           description="fetch and check the connector jars and the Shuttle file")
     setup.set_defaults(fn=_setup)
+
+    listing = sub.add_parser("list", help="list the learners, preprocessors or protocols with "
+                             "every hyperparameter: type, default, allowed values, meaning",
+                             description="list the learners, preprocessors or protocols with "
+                             "every hyperparameter: type, default, allowed values, meaning "
+                             "(the declarations requests are checked against)")
+    listing.add_argument("what", choices=("learners", "preprocessors", "protocols"),
+                         help="what to list")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of text")
+    listing.add_argument("--protocol-module", action="append", metavar="MODULE",
+                         help="import this module first, to list the protocols, learners "
+                              "and preprocessors it registers (repeatable)")
+    listing.set_defaults(fn=_list)
+    _finish(parser)
     return parser
 
 
+def _exit_code(exc: BaseException) -> int:
+    """The exit status of a command that raised ``exc`` (:data:`EXIT_CODES`)."""
+    if isinstance(exc, TimeoutError) or type(exc).__name__ == "KafkaTimeoutError":
+        return 3
+    if isinstance(exc, (UsageError, ValueError)):  # bad settings and the like
+        return 2
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run one ``omldm`` command line; the exit status (:data:`EXIT_CODES`).
+
+    Every error ends here: one line ``omldm: ...`` on stderr (with ``-v``, its traceback
+    before it), never a traceback alone.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    commands = [a for a in argv if not a.startswith("-")]
+    try:  # omldm serve --config FILE: the file's settings become serve's defaults
+        settings = read_config_argument(argv)[1] if commands[:1] == ["serve"] else {}
+    except ValueError as exc:
+        print(f"omldm: {exc}", file=sys.stderr)
+        return 2
+    try:
+        args = _parser(settings).parse_args(argv)
+        args.config_settings = settings
+    except SystemExit as e:  # --help or --version (0), or a usage error, already printed
+        return e.code if isinstance(e.code, int) else 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.fn(args)
-    except ValueError as exc:  # bad connection settings and the like
-        print(f"omldm: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("omldm: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        code = _exit_code(exc)
+        if args.verbose:
+            traceback.print_exception(exc, file=sys.stderr)
+        text = " | ".join(line.strip() for line in str(exc).strip().splitlines()) or repr(exc)
+        if code == 1 and type(exc).__name__ not in text:
+            text = f"{type(exc).__name__}: {text}"
+        hint = "" if args.verbose or code != 1 else " (-v shows the traceback)"
+        print(f"omldm: {text}{hint}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -31,9 +31,11 @@ log = logging.getLogger(__name__)
 def local_config(bootstrap_servers: str, *, topic_prefix: str = "", **kw) -> JobConfig:
     """A JobConfig with the checked connector jars and optionally prefixed topic names;
     checkpointing off unless ``checkpoint_interval_ms`` is given (a local MiniCluster run
-    is a demo or a test; clusters get the 10 s default through ``flink_jobs.flink_run``)."""
+    is a demo or a test; clusters get the 10 s default through ``flink_jobs.flink_run``).
+    ``topics`` in ``kw`` (a :class:`Topics`) replaces the prefixed default names."""
     kw.setdefault("checkpoint_interval_ms", 0)
-    topics = Topics(**{f: topic_prefix + v for f, v in Topics().__dict__.items()})
+    topics = kw.pop("topics", None) or Topics(**{f: topic_prefix + v
+                                                 for f, v in Topics().__dict__.items()})
     return JobConfig(bootstrap_servers=bootstrap_servers, topics=topics,
                      jars=tuple(p.as_uri() for p in job_jars()), **kw)
 

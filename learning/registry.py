@@ -16,8 +16,10 @@ the Hoeffding trees) with any protocol but ``Independent``.
 
 from __future__ import annotations
 
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
+from learning import hyperparameters
 from learning.errors import HyperparameterError, ParameterError, RequestError
 from learning.learners.base import Learner
 from learning.learners.hoeffding import HoeffdingAdaptiveTree, HoeffdingTree
@@ -34,9 +36,9 @@ from learning.preprocessors.scalers import MinMaxScaler, StandardScaler
 from learning.preprocessors.selection import FeatureSelector
 from learning.preprocessors.statistics import RunningMeanVariance
 
-__all__ = ["LEARNERS", "PREPROCESSORS", "INDEPENDENT", "register_learner",
-           "register_preprocessor", "make_learner", "make_preprocessor", "make_pipeline",
-           "check_pairing"]
+__all__ = ["LEARNERS", "PREPROCESSORS", "BUILT_IN_LEARNERS", "BUILT_IN_PREPROCESSORS",
+           "INDEPENDENT", "register_learner", "register_preprocessor", "make_learner",
+           "make_preprocessor", "make_pipeline", "check_pairing", "catalogue"]
 
 #: learner name in a request → class
 LEARNERS: dict[str, type[Learner]] = {
@@ -63,6 +65,11 @@ PREPROCESSORS: dict[str, type[Preprocessor]] = {
     "RunningMeanVariance": RunningMeanVariance,
     "PolynomialFeatures": PolynomialFeatures,
 }
+
+#: the learners and preprocessors omldm comes with (what the request schema file
+#: describes), whatever is registered later
+BUILT_IN_LEARNERS: Mapping[str, type[Learner]] = MappingProxyType(dict(LEARNERS))
+BUILT_IN_PREPROCESSORS: Mapping[str, type[Preprocessor]] = MappingProxyType(dict(PREPROCESSORS))
 
 #: the protocol that synchronizes nothing: the only one a non-averageable learner may use
 INDEPENDENT = "Independent"
@@ -97,6 +104,8 @@ def _build(spec: Any, table: dict, field: str, code: str, kind: str) -> Any:
         if spec.get(key) is not None and not isinstance(spec[key], dict):
             raise RequestError("schema", f"{field}.{key} must be an object or null",
                                f"{field}.{key}")
+    if spec.get("hyperParameters"):  # JSON's 64.0 for an integer hyperparameter is 64
+        spec = {**spec, "hyperParameters": hyperparameters.typed(cls, spec["hyperParameters"])}
     try:
         return cls.from_json(spec)
     except ParameterError as e:
@@ -198,3 +207,24 @@ def check_pairing(learner_spec: Any, protocol_name: str) -> None:
     raise RequestError("unsupported_pairing",
                        f"{name} cannot be averaged; use protocol {INDEPENDENT!r}",
                        "trainingConfiguration.protocol")
+
+
+def catalogue(table: Mapping[str, type]) -> list[dict]:
+    """What ``omldm list learners`` / ``preprocessors`` shows: one entry per class of
+    ``table`` (e.g. :data:`LEARNERS`), in registration order, with every name it is
+    registered under and :func:`learning.hyperparameters.describe`'s description.
+
+    Returns
+    -------
+    list of dict
+        ``{"names", "class", "summary", "declared", "hyperParameters"}``, JSON-safe.
+    """
+    out: list[dict] = []
+    seen: dict[type, dict] = {}
+    for name, cls in table.items():
+        if cls in seen:
+            seen[cls]["names"].append(name)
+            continue
+        seen[cls] = {"names": [name], **hyperparameters.describe(cls)}
+        out.append(seen[cls])
+    return out

@@ -14,8 +14,11 @@ learner and preprocessors once, so that every mistake is reported when the reque
 arrives, as a :class:`RequestError` with a machine-readable ``code`` and the dotted
 ``field`` at fault. Bad requests are answered, never fatal.
 
-The schema's ``trainingConfiguration`` part is generated from those declarations
-(:func:`request_schema`; :func:`write_schema` writes the file).
+The schema's ``trainingConfiguration`` part is generated from those declarations, and
+each built-in learner's and preprocessor's ``hyperParameters`` from its ``HYPERPARAMETERS``
+(:mod:`learning.hyperparameters`) (:func:`request_schema`; :func:`write_schema` writes the
+file). A request's hyperparameters are checked by those declarations themselves (any
+registered class's, with messages naming the value and what is allowed), not by the schema.
 """
 
 from __future__ import annotations
@@ -45,19 +48,56 @@ SCHEMA_PATH = Path(__file__).with_name("schema") / "request.schema.json"
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def request_schema(table: Mapping[str, ProtocolParams] | None = None) -> dict:
+def _named(table: Mapping[str, type], kind: str) -> dict:
+    """``$defs.learner`` / ``$defs.preProcessor``: a component whose ``hyperParameters``
+    are those its ``name`` declares (:func:`learning.hyperparameters.component_schema`)."""
+    from learning.hyperparameters import component_schema
+
+    groups: dict[type, list[str]] = {}
+    for name, cls in table.items():
+        groups.setdefault(cls, []).append(name)
+    return {"description": f"A {kind}; the hyperParameters each name allows. Generated from "
+                           "the classes' HYPERPARAMETERS (learning.requests.write_schema); do "
+                           "not edit by hand.",
+            "$ref": "#/$defs/component",
+            "allOf": [{"if": {"properties": {"name": {"enum": names}}, "required": ["name"]},
+                       "then": {"properties": {"hyperParameters": component_schema(cls)}}}
+                      for cls, names in groups.items()]}
+
+
+def request_schema(table: Mapping[str, ProtocolParams] | None = None,
+                   learners: Mapping[str, type] | None = None,
+                   preprocessors: Mapping[str, type] | None = None, *,
+                   hyperparameters: bool = True) -> dict:
     """The request schema: ``schema/request.schema.json`` with its
     ``$defs.trainingConfiguration`` made from the declared parameters
-    (:func:`learning.protocols.parameters.configuration_schema`).
+    (:func:`learning.protocols.parameters.configuration_schema`) and its ``$defs.learner``
+    / ``$defs.preProcessor`` from the declared hyperparameters of each learner and
+    preprocessor (:func:`learning.hyperparameters.component_schema`).
 
     Parameters
     ----------
     table : mapping or None
         Protocol name → :class:`~learning.protocols.parameters.ProtocolParams`; None: every
         registered protocol's.
+    learners, preprocessors : mapping or None
+        Name → class; None: the built-in ones
+        (:data:`learning.registry.BUILT_IN_LEARNERS`, ``BUILT_IN_PREPROCESSORS``).
+    hyperparameters : bool
+        False leaves ``hyperParameters`` any object, as :func:`parse_request` checks it
+        (the declarations check it after, naming the value and what is allowed).
     """
+    from learning.registry import BUILT_IN_LEARNERS, BUILT_IN_PREPROCESSORS
+
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     schema["$defs"]["trainingConfiguration"] = configuration_schema(table)
+    for key, kind, given, built_in in (("learner", "learner", learners, BUILT_IN_LEARNERS),
+                                       ("preProcessor", "preprocessor", preprocessors,
+                                        BUILT_IN_PREPROCESSORS)):
+        schema["$defs"][key] = _named(built_in if given is None else given, kind) \
+            if hyperparameters else {"$ref": "#/$defs/component"}
+    schema["properties"]["learner"] = {"$ref": "#/$defs/learner"}
+    schema["properties"]["preProcessors"]["items"]["$ref"] = "#/$defs/preProcessor"
     return schema
 
 
@@ -87,7 +127,7 @@ def write_schema(path: Path = SCHEMA_PATH,
 def _validator(declarations: int) -> jsonschema.Draft202012Validator:
     """The validator of :func:`request_schema` as of the ``declarations``-th declaration
     (a protocol registered later may bring its own keys)."""
-    return jsonschema.Draft202012Validator(request_schema())
+    return jsonschema.Draft202012Validator(request_schema(hyperparameters=False))
 
 
 @dataclass(frozen=True)

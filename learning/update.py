@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from learning.errors import HyperparameterError, RequestError
+from learning.hyperparameters import typed
 from learning.pipeline import Pipeline
 from learning.protocols.parameters import TRAINING_PARAMETERS, validate_training_configuration
 from learning.scaling import check_scaling
@@ -82,8 +83,8 @@ def apply_update(current: Request, update: Request, pipeline: Pipeline) -> Reque
         as it would be having no step size, e.g. PA switched to mode 0:
         :func:`learning.scaling.check_scaling`); nothing changed.
     """
-    changes = [(c, {k: v for k, v in kw.items() if v is not None}, where)
-               for c, kw, where in _changes(current, update, pipeline)]
+    changes = [(c, typed(type(c), {k: v for k, v in kw.items() if v is not None}), where)
+               for c, kw, where in _changes(current, update, pipeline)]  # JSON's 64.0 is 64
     would_be = pipeline.learner  # the learner with the update's hyperparameters
     for component, kw, where in changes:  # dry run on clones: all or nothing
         try:

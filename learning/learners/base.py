@@ -96,7 +96,10 @@ class Learner(Component, abc.ABC):
 
     Subclasses store their constructor arguments unchanged under their own names (which
     makes :meth:`hyperparameters`, :meth:`clone` and :meth:`to_json` free, see
-    :class:`learning.component.Component`) and implement :meth:`fit`, :meth:`predict`,
+    :class:`learning.component.Component`), declare them once in a ``HYPERPARAMETERS``
+    tuple of :class:`learning.hyperparameters.Hyperparameter` (name, type, default,
+    allowed values, description: what requests, the schema and ``omldm list`` use), call
+    :func:`learning.hyperparameters.check_stored` once they are stored, and implement :meth:`fit`, :meth:`predict`,
     :meth:`get_params`, :meth:`set_params` and the two state hooks ``_parameters_json`` /
     ``_load_parameters``. Optional abilities raise :class:`NotImplementedError`.
 

@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from learning.errors import (HyperparameterError, ParameterError, check_bool, check_choice,
-                             check_real)
+from learning.errors import HyperparameterError, ParameterError
+from learning.hyperparameters import Hyperparameter, check_stored
 from learning.learners.base import Learner, as_labels, as_matrix, as_test_matrix, label_key
 from learning.learners.labels import LabelIndex
 from learning.learners.linear import check_n_features
@@ -31,10 +31,27 @@ from learning.learners.linear import check_n_features
 __all__ = ["HoeffdingTree", "HoeffdingAdaptiveTree"]
 
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise HyperparameterError(name, f"{name} must be an integer >= {low}, got {value!r}")
-    return value
+#: The hyperparameters both trees have (river's defaults, but max_size).
+_TREE_HYPERPARAMETERS = (
+    Hyperparameter("grace_period", int, 200, "records a leaf sees between split attempts",
+                   interval="[1, inf)"),
+    Hyperparameter("delta", float, 1e-7, "delta of the Hoeffding bound: the probability of "
+                   "choosing the wrong split", interval="(0, 1)"),
+    Hyperparameter("split_criterion", str, "info_gain", "the split merit G",
+                   choices=("info_gain", "gini", "hellinger")),
+    Hyperparameter("leaf_prediction", str, "nba", "leaves predict by majority class, naive "
+                   "Bayes or the more accurate of the two (adaptive)", choices=("mc", "nb", "nba")),
+    Hyperparameter("nb_threshold", int, 0, "records a leaf must see before naive Bayes is "
+                   "used", interval="[0, inf)"),
+    Hyperparameter("tau", float, 0.05, "tie threshold tau of the Hoeffding bound",
+                   interval="[0, inf)"),
+    Hyperparameter("max_depth", int, None, "depth limit (None: unlimited)",
+                   interval="[1, inf)", optional=True),
+    Hyperparameter("binary_split", bool, False, "only binary splits"),
+    Hyperparameter("max_size", float, 100.0, "memory limit of the tree, MiB (river "
+                   "deactivates leaves beyond it)", interval="(0, inf)"),
+    Hyperparameter("merit_preprune", bool, True, "whether a split must beat not splitting"),
+)
 
 
 class _RiverTree(Learner):
@@ -61,7 +78,8 @@ class _RiverTree(Learner):
     def __init__(self, grace_period: int, delta: float, split_criterion: str,
                  leaf_prediction: str, nb_threshold: int, tau: float, max_depth: int | None,
                  binary_split: bool, max_size: float, merit_preprune: bool):
-        """Store and check the hyperparameters both trees have; an empty tree."""
+        """Store the hyperparameters both trees have (after the subclass stored its own)
+        and check them all; an empty tree."""
         self.grace_period = grace_period
         self.delta = delta
         self.split_criterion = split_criterion
@@ -72,19 +90,7 @@ class _RiverTree(Learner):
         self.binary_split = binary_split
         self.max_size = max_size
         self.merit_preprune = merit_preprune
-        _check_int("grace_period", self.grace_period, 1)
-        if self.max_depth is not None:
-            _check_int("max_depth", self.max_depth, 1)
-        check_choice("split_criterion", self.split_criterion, ("info_gain", "gini", "hellinger"))
-        check_real("delta", self.delta, gt=0)
-        if not self.delta < 1:
-            raise HyperparameterError("delta", f"delta must be < 1, got {self.delta!r}")
-        check_real("tau", self.tau, ge=0)
-        check_choice("leaf_prediction", self.leaf_prediction, ("mc", "nb", "nba"))
-        _check_int("nb_threshold", self.nb_threshold, 0)
-        check_bool("binary_split", self.binary_split)
-        check_real("max_size", self.max_size, gt=0)
-        check_bool("merit_preprune", self.merit_preprune)
+        check_stored(self)
         self._reset()
 
     def _reset(self) -> None:
@@ -371,6 +377,8 @@ class HoeffdingTree(_RiverTree):
 
     _RIVER = "HoeffdingTreeClassifier"
 
+    HYPERPARAMETERS = _TREE_HYPERPARAMETERS
+
     def __init__(self, grace_period: int = 200, delta: float = 1e-7,
                  split_criterion: str = "info_gain", leaf_prediction: str = "nba",
                  nb_threshold: int = 0, tau: float = 0.05, max_depth: int | None = None,
@@ -425,6 +433,17 @@ class HoeffdingAdaptiveTree(_RiverTree):
 
     _RIVER = "HoeffdingAdaptiveTreeClassifier"
 
+    HYPERPARAMETERS = (
+        *_TREE_HYPERPARAMETERS,
+        Hyperparameter("bootstrap_sampling", bool, True, "weight records by Poisson(1) draws "
+                       "(online bagging of one)"),
+        Hyperparameter("drift_window_threshold", int, 300, "records an alternate tree must "
+                       "see before it may replace its node", interval="[1, inf)"),
+        Hyperparameter("switch_significance", float, 0.05, "significance of the test that "
+                       "swaps in an alternate tree", interval="(0, 1)"),
+        Hyperparameter("seed", int, 0, "seeds the bootstrap weights", interval="[0, inf)"),
+    )
+
     def __init__(self, grace_period: int = 200, delta: float = 1e-7,
                  split_criterion: str = "info_gain", leaf_prediction: str = "nba",
                  nb_threshold: int = 0, tau: float = 0.05, max_depth: int | None = None,
@@ -432,16 +451,9 @@ class HoeffdingAdaptiveTree(_RiverTree):
                  merit_preprune: bool = True, bootstrap_sampling: bool = True,
                  drift_window_threshold: int = 300, switch_significance: float = 0.05,
                  seed: int = 0):
-        super().__init__(grace_period, delta, split_criterion, leaf_prediction, nb_threshold,
-                         tau, max_depth, binary_split, max_size, merit_preprune)
         self.bootstrap_sampling = bootstrap_sampling
         self.drift_window_threshold = drift_window_threshold
         self.switch_significance = switch_significance
         self.seed = seed
-        check_bool("bootstrap_sampling", bootstrap_sampling)
-        _check_int("drift_window_threshold", drift_window_threshold, 1)
-        check_real("switch_significance", switch_significance, gt=0)
-        if not switch_significance < 1:
-            raise HyperparameterError("switch_significance", "switch_significance must be "
-                                      f"< 1, got {switch_significance!r}")
-        _check_int("seed", seed, 0)
+        super().__init__(grace_period, delta, split_criterion, leaf_prediction, nb_threshold,
+                         tau, max_depth, binary_split, max_size, merit_preprune)

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from learning.errors import HyperparameterError, ParameterError
+from learning.hyperparameters import Hyperparameter, check_stored
 from learning.learners.base import Learner, as_matrix
 from learning.learners.linear import check_n_features, grow_n_features, load_matrix
 
@@ -106,14 +107,21 @@ class KMeans(Learner):
     supervised: ClassVar[bool] = False
     task: ClassVar[str] = "clustering"
 
+    HYPERPARAMETERS = (
+        Hyperparameter("n_clusters", int, 8, "k, the number of centers; fixed for the life "
+                       "of the model", interval="[1, inf)"),
+        Hyperparameter("init_size", int, None, "records buffered before k-means++ seeding, "
+                       ">= n_clusters (None: 3 k)", interval="[1, inf)", optional=True),
+        Hyperparameter("seed", int, 0, "seeds the k-means++ sampling", interval="[0, inf)"),
+    )
+
     def __init__(self, n_clusters: int = 8, init_size: int | None = None, seed: int = 0):
         self.n_clusters = n_clusters
         self.init_size = init_size
         self.seed = seed
-        _check_int("n_clusters", n_clusters, 1)
+        check_stored(self)
         if init_size is not None:
             _check_int("init_size", init_size, n_clusters)
-        _check_int("seed", seed, 0)
         self.n_features: int | None = None
         self.centers: np.ndarray | None = None
         self.counts = np.zeros(n_clusters)

@@ -22,7 +22,8 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from learning.errors import HyperparameterError, ParameterError, check_choice, check_real
+from learning.errors import HyperparameterError, ParameterError
+from learning.hyperparameters import INT_LIST, Hyperparameter, check_stored
 from learning.learners.base import Learner, as_labels, as_matrix, as_test_matrix
 from learning.learners.labels import LabelIndex
 from learning.learners.linear import check_n_features
@@ -35,20 +36,28 @@ _LOSSES = ("cross_entropy", "multi_margin")
 _DEVICES = ("cpu", "cuda", "auto")
 
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise HyperparameterError(name, f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
-def _check_int_list(name: str, value: Any, low: int, length: int | None = None) -> list:
-    if not isinstance(value, (list, tuple)) or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < low for v in value):
-        raise HyperparameterError(name, f"{name} must be a list of integers >= {low}, "
-                                  f"got {value!r}")
-    if length is not None and len(value) != length:
-        raise HyperparameterError(name, f"{name} must hold {length} integers, got {value!r}")
-    return list(value)
+def _torch_hyperparameters(learning_rate: float) -> tuple[Hyperparameter, ...]:
+    """The hyperparameters :class:`MLP` and :class:`CNN` share, with the default step
+    size of each."""
+    return (
+        Hyperparameter("activation", str, "relu", "the hidden layers' activation",
+                       choices=_ACTIVATIONS),
+        Hyperparameter("optimizer", str, "adam", "sgd or Adam (Kingma and Ba 2015)",
+                       choices=_OPTIMIZERS),
+        Hyperparameter("learning_rate", float, learning_rate, "the optimizer's step size "
+                       "alpha (scaling learning-rate divides it by the spokes, papers/001 "
+                       "eq. 4)", interval="(0, inf)"),
+        Hyperparameter("loss_function", str, "cross_entropy", "the training loss",
+                       choices=_LOSSES),
+        Hyperparameter("weight_decay", float, 0.0, "L2 penalty (torch's weight_decay)",
+                       interval="[0, inf)"),
+        Hyperparameter("momentum", float, 0.0, "SGD momentum (unused by Adam)",
+                       interval="[0, 1)"),
+        Hyperparameter("seed", int, 0, "seeds the initial weights (identical on every node)",
+                       interval="[0, inf)"),
+        Hyperparameter("device", str, "cpu", "where the weights live; auto: CUDA when "
+                       "available", choices=_DEVICES),
+    )
 
 
 def _activation(name: str) -> Any:
@@ -95,8 +104,8 @@ class _TorchClassifier(Learner):
     def __init__(self, activation: str, optimizer: str, learning_rate: float,
                  loss_function: str, weight_decay: float, momentum: float, seed: int,
                  device: str):
-        """Store and check the hyperparameters both networks have (after the subclass
-        stored and checked its own); no network until ``n_features`` is known."""
+        """Store the hyperparameters both networks have (after the subclass stored its
+        own) and check them all; no network until ``n_features`` is known."""
         self.activation = activation
         self.optimizer = optimizer
         self.learning_rate = learning_rate
@@ -105,16 +114,7 @@ class _TorchClassifier(Learner):
         self.momentum = momentum
         self.seed = seed
         self.device = device
-        check_choice("activation", self.activation, _ACTIVATIONS)
-        check_choice("optimizer", self.optimizer, _OPTIMIZERS)
-        check_real("learning_rate", self.learning_rate, gt=0)
-        check_choice("loss_function", self.loss_function, _LOSSES)
-        check_real("weight_decay", self.weight_decay, ge=0)
-        check_real("momentum", self.momentum, ge=0)
-        if not self.momentum < 1:
-            raise HyperparameterError("momentum", f"momentum must be < 1, got {self.momentum!r}")
-        _check_int("seed", self.seed, 0)
-        check_choice("device", self.device, _DEVICES)
+        check_stored(self)
         if self.device == "cuda":
             _device("cuda")  # refuse at once where there is no GPU
         self._reset()
@@ -608,12 +608,17 @@ class MLP(_TorchClassifier):
     Kingma, D. P., Ba, J. (2015) Adam: a method for stochastic optimization. ICLR 2015.
     """
 
+    HYPERPARAMETERS = (
+        Hyperparameter("hidden_layers", INT_LIST, [64], "widths of the hidden layers, input "
+                       "side first ([]: softmax regression)", interval="[1, inf)"),
+        *_torch_hyperparameters(learning_rate=0.005),
+    )
+
     def __init__(self, hidden_layers: list[int] | None = None, activation: str = "relu",
                  optimizer: str = "adam", learning_rate: float = 0.005,
                  loss_function: str = "cross_entropy", weight_decay: float = 0.0,
                  momentum: float = 0.0, seed: int = 0, device: str = "cpu"):
         self.hidden_layers = [64] if hidden_layers is None else hidden_layers
-        _check_int_list("hidden_layers", self.hidden_layers, 1)
         super().__init__(activation, optimizer, learning_rate, loss_function, weight_decay,
                          momentum, seed, device)
 
@@ -677,6 +682,18 @@ class CNN(_TorchClassifier):
     to document recognition. Proc. IEEE 86(11):2278–2324.
     """
 
+    HYPERPARAMETERS = (
+        Hyperparameter("image_shape", INT_LIST, [1, 8, 8], "[channels, height, width] of a "
+                       "record (n_features = C H W, row-major)", interval="[1, inf)", length=3),
+        Hyperparameter("channels", INT_LIST, [8], "output channels of each convolution",
+                       interval="[1, inf)"),
+        Hyperparameter("kernel_size", int, 3, "side of the square convolution kernels, odd",
+                       interval="[1, inf)"),
+        Hyperparameter("hidden", int, 0, "units of the dense layer after the convolutions "
+                       "(0: none)", interval="[0, inf)"),
+        *_torch_hyperparameters(learning_rate=0.01),
+    )
+
     def __init__(self, image_shape: list[int] | None = None, channels: list[int] | None = None,
                  kernel_size: int = 3, hidden: int = 0, activation: str = "relu",
                  optimizer: str = "adam", learning_rate: float = 0.01,
@@ -686,14 +703,10 @@ class CNN(_TorchClassifier):
         self.channels = [8] if channels is None else channels
         self.kernel_size = kernel_size
         self.hidden = hidden
-        _check_int_list("image_shape", self.image_shape, 1, length=3)
-        _check_int_list("channels", self.channels, 1)
-        _check_int("kernel_size", kernel_size, 1)
-        if kernel_size % 2 == 0:
-            raise HyperparameterError("kernel_size", f"kernel_size must be odd, got {kernel_size}")
-        _check_int("hidden", hidden, 0)
         super().__init__(activation, optimizer, learning_rate, loss_function, weight_decay,
                          momentum, seed, device)
+        if kernel_size % 2 == 0:
+            raise HyperparameterError("kernel_size", f"kernel_size must be odd, got {kernel_size}")
 
     def _make_body(self, d: int) -> tuple[Any, int]:
         import torch.nn as nn

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from learning.errors import check_bool, check_choice, check_real
+from learning.hyperparameters import Hyperparameter, check_stored
 from learning.learners.regressor import LinearRegressor
 
 __all__ = ["PARegressor"]
@@ -92,16 +92,25 @@ class PARegressor(LinearRegressor):
     passive-aggressive algorithms. JMLR 7:551–585.
     """
 
+    HYPERPARAMETERS = (
+        Hyperparameter("C", float, 1.0, "aggressiveness: the step cap (PA-I) or slack "
+                       "penalty (PA-II), the step size scaling divides; unused by PA",
+                       interval="(0, inf)"),
+        Hyperparameter("mode", int, 1, "0 = PA, 1 = PA-I, 2 = PA-II (Crammer et al. 2006)",
+                       choices=(0, 1, 2)),
+        Hyperparameter("eps", float, 0.1, "width of the insensitive band (epsilon): errors "
+                       "up to eps cost nothing, in label units", interval="[0, inf)"),
+        Hyperparameter("learn_intercept", bool, True, "whether the intercept b is learned "
+                       "(it stays 0 otherwise)"),
+    )
+
     def __init__(self, C: float = 1.0, mode: int = 1, eps: float = 0.1,
                  learn_intercept: bool = True):
         self.C = C
         self.mode = mode
         self.eps = eps
         self.learn_intercept = learn_intercept
-        check_real("C", C, gt=0)
-        check_choice("mode", mode, (0, 1, 2))
-        check_real("eps", eps, ge=0)
-        check_bool("learn_intercept", learn_intercept)
+        check_stored(self)
         self._init_model()
 
     def step_size(self) -> str | None:

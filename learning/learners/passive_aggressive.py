@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from learning.errors import check_bool, check_choice, check_real
+from learning.hyperparameters import Hyperparameter, check_stored
 from learning.learners.linear import LinearClassifier
 
 __all__ = ["PAClassifier"]
@@ -101,13 +101,21 @@ class PAClassifier(LinearClassifier):
     _EXPECTED_KEYS = "classes, n_features, W, b"
     _B_HINT = " (classes x n_features)"
 
+    HYPERPARAMETERS = (
+        Hyperparameter("C", float, 0.01, "aggressiveness: the step cap (PA-I) or slack "
+                       "penalty (PA-II), the step size scaling divides; unused by PA",
+                       interval="(0, inf)"),
+        Hyperparameter("mode", int, 1, "0 = PA, 1 = PA-I, 2 = PA-II (Crammer et al. 2006)",
+                       choices=(0, 1, 2)),
+        Hyperparameter("learn_intercept", bool, True, "whether the intercepts b are learned "
+                       "(they stay 0 otherwise)"),
+    )
+
     def __init__(self, C: float = 0.01, mode: int = 1, learn_intercept: bool = True):
         self.C = C
         self.mode = mode
         self.learn_intercept = learn_intercept
-        check_real("C", C, gt=0)
-        check_choice("mode", mode, (0, 1, 2))
-        check_bool("learn_intercept", learn_intercept)
+        check_stored(self)
         self._init_model()
 
     def step_size(self) -> str | None:

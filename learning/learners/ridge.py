@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from learning.errors import ParameterError, check_bool, check_real
+from learning.errors import ParameterError
+from learning.hyperparameters import Hyperparameter, check_stored
 from learning.learners.linear import check_n_features, load_matrix
 from learning.learners.regressor import LinearRegressor
 
@@ -83,11 +84,16 @@ class OnlineRidge(LinearRegressor):
     nonorthogonal problems. Technometrics 12(1):55–67.
     """
 
+    HYPERPARAMETERS = (
+        Hyperparameter("alpha", float, 1.0, "the ridge penalty alpha ||w||^2 (0: ordinary "
+                       "least squares, least-norm when singular)", interval="[0, inf)"),
+        Hyperparameter("fit_intercept", bool, True, "whether the intercept b is fitted"),
+    )
+
     def __init__(self, alpha: float = 1.0, fit_intercept: bool = True):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
-        check_real("alpha", alpha, ge=0)
-        check_bool("fit_intercept", fit_intercept)
+        check_stored(self)
         self._init_model()
 
     def _init_model(self) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 import numpy as np
 
-from learning.errors import ParameterError, check_bool, check_real
+from learning.errors import ParameterError
+from learning.hyperparameters import Hyperparameter, check_stored
 from learning.learners.linear import LinearClassifier
 
 __all__ = ["OnlineSVM"]
@@ -104,14 +105,21 @@ class OnlineSVM(LinearClassifier):
 
     _EXTRA_KEYS = ("t",)
 
+    HYPERPARAMETERS = (
+        Hyperparameter("lam", float, 0.01, "regularization lambda of lambda/2 ||[W | b]||^2; "
+                       "the step is 1/(lambda t) (Pegasos)", interval="(0, inf)"),
+        Hyperparameter("projection", bool, True, "project after each step onto the ball "
+                       "||v|| <= 1/sqrt(lambda) that holds the optimum"),
+        Hyperparameter("learn_intercept", bool, True, "whether the intercepts b are learned "
+                       "(they stay 0 otherwise)"),
+    )
+
     def __init__(self, lam: float = 0.01, projection: bool = True,
                  learn_intercept: bool = True):
         self.lam = lam
         self.projection = projection
         self.learn_intercept = learn_intercept
-        check_real("lam", lam, gt=0)
-        check_bool("projection", projection)
-        check_bool("learn_intercept", learn_intercept)
+        check_stored(self)
         self.t = 0
         self._init_model()
 

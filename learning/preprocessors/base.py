@@ -22,7 +22,10 @@ class Preprocessor(Component, abc.ABC):
     """Running-statistics transformer over ``(n_records, n_features)`` float64 batches.
 
     Subclasses store constructor arguments unchanged (hyperparameters, :meth:`clone` and
-    JSON then come from :class:`learning.component.Component`), implement
+    JSON then come from :class:`learning.component.Component`), declare them in a
+    ``HYPERPARAMETERS`` tuple and check them with
+    :func:`learning.hyperparameters.check_stored` (:mod:`learning.hyperparameters`; a class
+    without the tuple has undeclared hyperparameters, checked by itself alone), implement
     :meth:`learn_transform`, :meth:`transform` and the JSON state hooks
     ``_parameters_json`` / ``_load_parameters``, and should override
     :meth:`prequential_transform` with a vectorized version. Those with running

@@ -7,7 +7,7 @@ from itertools import combinations, combinations_with_replacement
 
 import numpy as np
 
-from learning.errors import HyperparameterError, check_bool
+from learning.hyperparameters import Hyperparameter, check_stored
 from learning.preprocessors.base import StatelessPreprocessor
 
 __all__ = ["PolynomialFeatures"]
@@ -47,15 +47,20 @@ class PolynomialFeatures(StatelessPreprocessor):
     array([[ 2.,  3.,  5.,  6., 10., 15., 30.]])
     """
 
+    HYPERPARAMETERS = (
+        Hyperparameter("degree", int, 2, "the highest degree of the products",
+                       interval="[1, inf)"),
+        Hyperparameter("interaction_only", bool, False, "a feature never multiplies itself "
+                       "(x0 x1 but not x0^2)"),
+        Hyperparameter("include_bias", bool, False, "add a leading column of ones"),
+    )
+
     def __init__(self, degree: int = 2, interaction_only: bool = False,
                  include_bias: bool = False):
         self.degree = degree
         self.interaction_only = interaction_only
         self.include_bias = include_bias
-        if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
-            raise HyperparameterError("degree", f"degree must be an integer >= 1, got {degree!r}")
-        check_bool("interaction_only", interaction_only)
-        check_bool("include_bias", include_bias)
+        check_stored(self)
         self.n_features: int | None = None
         self._groups: list[np.ndarray] = []
 

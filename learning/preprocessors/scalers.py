@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from learning.errors import ParameterError, check_bool
+from learning.errors import ParameterError
+from learning.hyperparameters import Hyperparameter, check_stored
 from learning.preprocessors import moments
 from learning.preprocessors.base import Preprocessor
 
@@ -171,9 +172,14 @@ class StandardScaler(moments.MergeableStatistics, _RunningScaler):
     _STATS = ("mean", "var")
     _STATISTICS = moments.MOMENTS
 
+    HYPERPARAMETERS = (
+        Hyperparameter("with_std", bool, True, "whether to divide by the running standard "
+                       "deviation (else only the mean is removed)"),
+    )
+
     def __init__(self, with_std: bool = True):
         self.with_std = with_std
-        check_bool("with_std", with_std)
+        check_stored(self)
         self.n = 0
         self.n_features: int | None = None
         self.mean: np.ndarray | None = None
@@ -265,6 +271,8 @@ class MinMaxScaler(moments.MergeableStatistics, _RunningScaler):
 
     _STATS = ("min", "max")
     _STATISTICS = moments.EXTREMES
+
+    HYPERPARAMETERS = ()
 
     def __init__(self):
         self.n = 0

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from learning.errors import HyperparameterError, ParameterError, check_bool
+from learning.errors import HyperparameterError, ParameterError
+from learning.hyperparameters import INT_LIST, Hyperparameter, check_stored
 from learning.preprocessors.base import StatelessPreprocessor
 
 __all__ = ["FeatureSelector"]
@@ -53,14 +54,16 @@ class FeatureSelector(StatelessPreprocessor):
     array([[2., 3.]])
     """
 
+    HYPERPARAMETERS = (
+        Hyperparameter("indices", INT_LIST, [], "the features to keep (or drop), in order; "
+                       "negative ones count from the end"),
+        Hyperparameter("drop", bool, False, "drop indices instead of keeping them"),
+    )
+
     def __init__(self, indices: list[int] | None = None, drop: bool = False):
         self.indices = [] if indices is None else indices
         self.drop = drop
-        if not isinstance(self.indices, (list, tuple)) or any(
-                isinstance(i, bool) or not isinstance(i, int) for i in self.indices):
-            raise HyperparameterError("indices", f"indices must be a list of integers, got "
-                                      f"{self.indices!r}")
-        check_bool("drop", drop)
+        check_stored(self)
         if not drop and not self.indices:
             raise HyperparameterError("indices", "indices must name at least one feature to keep")
         self.n_features: int | None = None

@@ -58,6 +58,8 @@ class RunningMeanVariance(moments.MergeableStatistics, Preprocessor):
 
     _STATISTICS = moments.MOMENTS
 
+    HYPERPARAMETERS = ()
+
     def __init__(self):
         self.n = 0
         self.n_features: int | None = None
