@@ -755,6 +755,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("omldm: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (omldm list ... | head): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:
         code = _exit_code(exc)
         if args.verbose:
