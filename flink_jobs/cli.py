@@ -243,9 +243,9 @@ def _request(args: argparse.Namespace) -> int:
     servers = _need_servers(conn)
     req = build_request(args)
     t = _topics(args)
-    reader = (TopicReader(servers, t.responses, from_end=True, **conn.client_kwargs())
+    reader = (TopicReader(servers, t.responses, from_end=True, **conn.client_kwargs("consumer"))
               if args.wait else None)
-    producer = JsonProducer(servers, **conn.client_kwargs())
+    producer = JsonProducer(servers, **conn.client_kwargs("producer"))
     producer.send(t.requests, req)
     producer.close()
     if reader is None:
@@ -311,7 +311,7 @@ def _topics_cmd(args: argparse.Namespace) -> int:
                 print(f"{name:32s} {'missing':>12s}")
                 continue
             if args.read:
-                reader = TopicReader(servers, name, json=False, **conn.client_kwargs())
+                reader = TopicReader(servers, name, json=False, **conn.client_kwargs("consumer"))
                 n = sum(1 for _ in reader.drain(idle_ms=args.idle_ms))
                 reader.close()
             else:
@@ -353,7 +353,7 @@ def _tail(args: argparse.Namespace) -> int:
     servers = _need_servers(conn)
     topic = getattr(_topics(args), _TOPIC_FIELDS.get(args.topic, ""), None) or args.topic
     reader = TopicReader(servers, topic, json=False, from_end=not args.from_beginning,
-                         **conn.client_kwargs())
+                         **conn.client_kwargs("consumer"))
     shown = 0
     deadline = time.monotonic() + args.timeout if args.timeout else None
     try:

@@ -36,13 +36,17 @@ def create_topics(bootstrap_servers: str, topics: list[str], partitions: int = 1
 
 
 class JsonProducer:
-    """Writes JSON values (orjson) or raw bytes to topics; ``flush()`` before counting."""
+    """Writes JSON values (orjson) or raw bytes to topics; ``flush()`` before counting.
+
+    ``client``: kafka-python producer settings (``KafkaConnection.client_kwargs("producer")``);
+    they win over this class's own (``acks=1``, ``linger_ms``, ``batch_size``, ...), as a
+    user's Kafka properties win everywhere (:mod:`flink_jobs.connection`)."""
 
     def __init__(self, bootstrap_servers: str, linger_ms: int = 5,
                  max_request_size: int = 256 * 1024 * 1024, **client) -> None:
-        self._p = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=linger_ms,
-                                batch_size=256 * 1024, acks=1, enable_idempotence=False,
-                                max_request_size=max_request_size, **client)
+        settings = {"linger_ms": linger_ms, "batch_size": 256 * 1024, "acks": 1,
+                    "enable_idempotence": False, "max_request_size": max_request_size, **client}
+        self._p = KafkaProducer(bootstrap_servers=bootstrap_servers, **settings)
         self.sent: dict[str, int] = {}
 
     def send(self, topic: str, value: Any) -> None:
@@ -85,10 +89,11 @@ class TopicReader:
                              f"got {isolation_level!r}")
         self.topic = topic
         self.json = json
-        self.isolation_level = isolation_level
+        settings = {"enable_auto_commit": False, "fetch_max_wait_ms": 50,
+                    "isolation_level": isolation_level, **client}  # a user's properties win
+        self.isolation_level = settings["isolation_level"]
         self.count = 0
-        self._c = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
-                                fetch_max_wait_ms=50, isolation_level=isolation_level, **client)
+        self._c = KafkaConsumer(bootstrap_servers=bootstrap_servers, **settings)
         parts = None
         deadline = time.monotonic() + 10
         while not parts and time.monotonic() < deadline:

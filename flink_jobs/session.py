@@ -77,9 +77,9 @@ class Session:
         """Create the topics (if missing) and open the producer and readers, for a job
         that runs elsewhere (``flink run`` on a cluster) or was started by :meth:`start`."""
         t = self.cfg.topics
-        client = self.cfg.connection.client_kwargs()
-        create_topics(self.cfg.bootstrap_servers, t.all(), **client)
-        self.producer = JsonProducer(self.cfg.bootstrap_servers, **client)
+        conn = self.cfg.connection
+        create_topics(self.cfg.bootstrap_servers, t.all(), **conn.client_kwargs())
+        self.producer = JsonProducer(self.cfg.bootstrap_servers, **conn.client_kwargs("producer"))
         self.responses = self._reader(t.responses)
         self.predictions = self._reader(t.predictions)
         self.dead_letters = self._reader(t.dead_letters)
@@ -92,7 +92,7 @@ class Session:
         return TopicReader(self.cfg.bootstrap_servers, topic,
                            isolation_level=("read_committed" if self.cfg.exactly_once_outputs
                                             else "read_uncommitted"),
-                           **self.cfg.connection.client_kwargs())
+                           **self.cfg.connection.client_kwargs("consumer"))
 
     # -- requests ------------------------------------------------------------------------
     def send_request(self, req: dict | bytes) -> Any:

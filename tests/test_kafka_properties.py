@@ -134,3 +134,26 @@ def test_topics_lists_only_the_prefixed_job_topics(broker, capsys):
         assert list(rows) == t.all()  # the seven, in order, nothing else
         assert rows[t.training] == "3" and rows[t.requests] == "1"
         assert rows[t.predictions] == "missing"
+
+
+def test_producer_and_consumer_properties_win_over_the_clis_own(broker, tmp_path, capsys):
+    """``-X acks=all -X compression.type=gzip`` reach ``omldm stream``'s producer (over its
+    own ``acks=1``) and ``-X fetch.max.wait.ms`` ``omldm tail``'s reader (over its 50 ms):
+    the records arrive, nothing is refused as a duplicate setting."""
+    from flink_jobs.kafka_io import TopicReader
+
+    servers = broker.bootstrap_servers
+    data = tmp_path / "two.csv"
+    data.write_text("a,b,label\n1,2,x\n3,4,y\n")
+    common = ["--bootstrap-servers", servers, "--topic-prefix", "xprops-"]
+    create_topics(servers, ["xprops-training", "xprops-forecasting"])
+    assert main(["stream", str(data), "--forecast-every", "0", "--no-progress", *common,
+                 "-X", "acks=all", "-X", "compression.type=gzip", "-X", "linger.ms=0"]) == 0
+    assert main(["tail", "training", "--from-beginning", "-n", "2", "--timeout", "30", *common,
+                 "-X", "fetch.max.wait.ms=10"]) == 0
+    out = capsys.readouterr().out
+    assert '"features":[1.0,2.0]' in out and '"features":[3.0,4.0]' in out
+    reader = TopicReader(servers, "xprops-training", fetch_max_wait_ms=10,
+                         isolation_level="read_committed")
+    assert reader.isolation_level == "read_committed" and len(list(reader.drain(1000))) == 2
+    reader.close()
