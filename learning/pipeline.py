@@ -86,7 +86,8 @@ class Pipeline:
             X = p.learn_transform(X)
         self.learner.fit(X, y)
 
-    def test_then_train(self, X: np.ndarray, y: Sequence) -> tuple[list, int, float]:
+    def test_then_train(self, X: np.ndarray, y: Sequence, *, with_proba: bool = False
+                        ) -> tuple[list, int, float] | tuple[list, int, float, Any]:
         """Predict every record before it is learned, then learn it (prequential).
 
         Record ``i`` is predicted by the preprocessors and learner as they are after records
@@ -97,6 +98,8 @@ class Pipeline:
         ----------
         X : (n_records, n_features) float64
         y : sequence of n_records labels
+        with_proba : bool
+            Also return the class probabilities the predictions were made with.
 
         Returns
         -------
@@ -106,6 +109,12 @@ class Pipeline:
             0 for regressors and clusterers (``learner.task`` not ``"classification"``).
         loss_sum : float
             Sum of the learner's per-record training losses (hinge for PA).
+        proba : (n_records, len(learner.classes)) float64 or None, only with ``with_proba``
+            Over ``learner.classes`` as they are after the batch, NaN for a class the
+            learner did not know yet when it predicted the record (see
+            :meth:`learning.learners.Learner.test_then_train`); None for learners without
+            probabilities (``learner.has_proba`` False: PA, SVM, ridge, regressors,
+            k-means).
         """
         X = as_matrix(X)
         supervised = getattr(self.learner, "supervised", True)
@@ -113,12 +122,20 @@ class Pipeline:
         X_test = X
         for p in self.preprocessors:
             X_test, X = p.prequential_transform(X, X_test)
-        predictions, loss_sum = self.learner.test_then_train(
-            X, labels, X_test=None if X_test is X else X_test)
+        proba = None
+        if with_proba and getattr(self.learner, "has_proba", False):
+            predictions, loss_sum, proba = self.learner.test_then_train(
+                X, labels, X_test=None if X_test is X else X_test, with_proba=True)
+        else:
+            predictions, loss_sum = self.learner.test_then_train(
+                X, labels, X_test=None if X_test is X else X_test)
         if getattr(self.learner, "task", "classification") != "classification":
-            return predictions, 0, float(loss_sum)  # accuracy means nothing here
-        n_correct = sum(1 for p, t in zip(predictions, labels)
-                        if p is not None and label_key(p) == label_key(t))
+            n_correct = 0  # accuracy means nothing here
+        else:
+            n_correct = sum(1 for p, t in zip(predictions, labels)
+                            if p is not None and label_key(p) == label_key(t))
+        if with_proba:
+            return predictions, n_correct, float(loss_sum), proba
         return predictions, n_correct, float(loss_sum)
 
     def loss(self, X: np.ndarray, y: Sequence) -> float:

@@ -23,6 +23,9 @@ rollingMaeMicro            spoke  regressors: mean absolute error over it, milli
                                   the label's unit
 rollingRmseMicro           spoke  regressors: root mean squared error, likewise
 rollingR2Ppm               spoke  regressors: R² over it, parts per million
+rollingLogLossMicro        spoke  binary classifiers with class probabilities (MLP, CNN,
+                                  Hoeffding trees): log loss over it, millionths
+rollingRocAucPpm           spoke  likewise: ROC AUC over it, parts per million
 updates                    hub    updates applied to the global model (synchronizations)
 messagesToSpokes/...       hub    envelopes and bytes sent to spokes, received from them
 feedbackRoundTripMs        hub    milliseconds from a hub→spoke frame sent to the spoke's
@@ -33,7 +36,9 @@ feedbackRoundTripMs        hub    milliseconds from a hub→spoke frame sent to 
 The rolling quality metrics are each spoke's own (:class:`learning.metrics.QualityState`,
 river's definitions): a pipeline's value is about the average over its spoke subtasks
 (exact in a Query, which merges the spokes' statistics). They appear once the window has
-records; a pipeline of the other task, or with ``metricsWindow`` 0, has none.
+records; a pipeline of the other task, or with ``metricsWindow`` 0, has none (nor has log
+loss and ROC AUC a learner without probabilities, or a pipeline of three classes or more).
+The Grafana dashboard (:mod:`deploy.grafana`) does not chart these two.
 
 a meter ``fittedPerSecond`` per pipeline on spokes (records fitted per second, Flink's
 ``MeterView`` over 60 s), and, without the pipeline group, the kernel's service counters (``requestsAccepted``,
@@ -82,7 +87,8 @@ SPOKE_METRICS: dict[str, Callable[[Any], int]] = {
     **{name: _rolling(value, scale) for name, value, scale in (
         ("rollingAccuracyPpm", "accuracy", 1e6), ("rollingMacroF1Ppm", "macroF1", 1e6),
         ("rollingKappaPpm", "kappa", 1e6), ("rollingMaeMicro", "mae", 1e6),
-        ("rollingRmseMicro", "rmse", 1e6), ("rollingR2Ppm", "r2", 1e6))},
+        ("rollingRmseMicro", "rmse", 1e6), ("rollingR2Ppm", "r2", 1e6),
+        ("rollingLogLossMicro", "logLoss", 1e6), ("rollingRocAucPpm", "rocAuc", 1e6))},
 }
 HUB_METRICS: dict[str, Callable[[Any], int]] = {
     "updates": lambda n: n.updates,

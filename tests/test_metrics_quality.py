@@ -43,10 +43,10 @@ def record_predictions(net: LocalNetwork) -> list[list]:
         pipeline = spoke.pipeline
         fit = pipeline.test_then_train
 
-        def spy(X, y, fit=fit, out=seen[s]):
-            predictions, n_correct, loss = fit(X, y)
-            out.extend(zip(list(y), predictions))
-            return predictions, n_correct, loss
+        def spy(X, y, fit=fit, out=seen[s], **kw):
+            got = fit(X, y, **kw)
+            out.extend(zip(list(y), got[0]))
+            return got
 
         pipeline.test_then_train = spy
     return seen
@@ -182,6 +182,7 @@ def test_clustering_has_no_supervised_metrics(shuttle_head):
     stream(net, X[:300], y[:300])
     q = query(net)
     assert q["metrics"] is None and q["spokes"][0]["metrics"] is None
+    assert (q["fitted"], q["rejected"]) == (300, 0)  # and it learns as before
 
 
 def test_window_zero_keeps_cumulative_only(shuttle_head):
@@ -286,3 +287,166 @@ def test_spoke_and_hub_metrics_read_the_quality_state(shuttle_head):
     with pytest.raises(KeyError):  # a classifier has no regression metrics: not exported
         SPOKE_METRICS["rollingMaeMicro"](spoke)
     assert HUB_METRICS["feedbackRoundTripMs"](hub) >= 0  # the spokes acknowledged frames
+
+
+# -- log loss and ROC AUC from class probabilities (binary classifiers) ----------------------
+def record_probabilities(net: LocalNetwork) -> list[list]:
+    """Per spoke, per record fitted, ``(label, p)``: ``p`` the probability of the positive
+    class (the second of two in canonical order) it was predicted with, None where it was
+    not scored (the learner did not know two classes yet)."""
+    seen: list[list] = [[] for _ in net.spokes]
+    for s, spoke in enumerate(net.spokes):
+        pipeline = spoke.pipeline
+        fit = pipeline.test_then_train
+
+        def spy(X, y, fit=fit, out=seen[s], pipeline=pipeline, **kw):
+            got = fit(X, y, **kw)
+            proba, classes = got[3], pipeline.learner.classes
+            assert proba.shape == (len(y), len(classes)) and len(classes) <= 2
+            for label, row in zip(y, proba):
+                p = None if len(classes) < 2 or np.isnan(row).any() else float(row[1])
+                out.append((label == classes[-1], p))
+            return got
+
+        pipeline.test_then_train = spy
+    return seen
+
+
+def river_scores(rows) -> dict:
+    """river's LogLoss and ROCAUC fed record by record (unscored records skipped)."""
+    log_loss, auc = rm.LogLoss(), rm.ROCAUC()
+    for positive, p in rows:
+        if p is not None:
+            log_loss.update(positive, p)
+            auc.update(positive, p)
+    return {"logLoss": log_loss.get(), "rocAuc": auc.get()}
+
+
+def scores_of(values: dict) -> dict:
+    return {k: values[k] for k in ("logLoss", "rocAuc")}
+
+
+def tails(seen, q) -> list:
+    return [row for s, rows in enumerate(seen)
+            for row in rows[len(rows) - q["spokes"][s]["metrics"]["windowRecords"]:]]
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    return X[:400], y[:400]
+
+
+MLP = {"name": "MLP", "hyperParameters": {"hidden_layers": [8], "learning_rate": 0.01}}
+TREE = {"name": "HoeffdingTree", "hyperParameters": {"grace_period": 50}}
+
+
+def test_mlp_log_loss_and_roc_auc_equal_river_over_its_probabilities(cancer):
+    import json
+
+    import jsonschema
+
+    from learning.requests import SCHEMA_PATH
+
+    X, y = cancer
+    net = network(create(MLP, window=160, pre=[{"name": "StandardScaler"}]), 1)
+    seen = record_probabilities(net)
+    stream(net, X, y)
+    q = query(net)
+    m = q["metrics"]
+    rows = seen[0]
+    # not scored: until the network knew both classes (the first records are all 0)
+    assert len(rows) == 400 and 0 < sum(p is None for _, p in rows) <= 32
+    assert_close(scores_of(m["cumulative"]), river_scores(rows))
+    assert_close(scores_of(m["rolling"]), river_scores(tails(seen, q)))
+    assert m["cumulative"]["rocAuc"] > 0.9 and m["cumulative"]["logLoss"] < 0.5  # it learns
+    assert q["spokes"][0]["metrics"]["cumulative"] == m["cumulative"]
+    schema = json.loads(SCHEMA_PATH.with_name("response.schema.json").read_text())
+    jsonschema.validate(q, schema)
+
+
+def test_tree_scores_merge_over_spokes_to_river_over_the_union(cancer):
+    X, y = cancer
+    net = network(create(TREE, window=120, protocol="Independent"), 2)
+    seen = record_probabilities(net)
+    stream(net, X, y)
+    q = query(net)
+    m = q["metrics"]
+    assert_close(scores_of(m["cumulative"]), river_scores([r for rows in seen for r in rows]))
+    assert_close(scores_of(m["rolling"]), river_scores(tails(seen, q)))
+    for s, rows in enumerate(seen):
+        spoke = q["spokes"][s]["metrics"]
+        assert_close(scores_of(spoke["cumulative"]), river_scores(rows))
+        assert_close(scores_of(spoke["rolling"]),
+                     river_scores(rows[len(rows) - spoke["windowRecords"]:]))
+    assert m["cumulative"]["rocAuc"] > 0.8
+
+
+def test_learners_without_probabilities_report_no_scores(cancer):
+    X, y = cancer
+    net = network(create(PA, window=100), 2)
+    stream(net, X[:200], y[:200])
+    m = query(net)["metrics"]
+    for values in (m["cumulative"], m["rolling"]):
+        assert "logLoss" not in values and "rocAuc" not in values
+
+
+@pytest.mark.parametrize("learner,protocol", [(MLP, "Asynchronous"), (TREE, "Independent")])
+def test_multiclass_has_no_binary_scores(learner, protocol):
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(n_class=3, return_X_y=True)
+    net = network(create(learner, window=100, protocol=protocol), 1)
+    stream(net, X[:300], y[:300])
+    m = query(net)["metrics"]
+    assert m["cumulative"]["accuracy"] is not None
+    for values in (m["cumulative"], m["rolling"]):
+        assert values["logLoss"] is None and values["rocAuc"] is None
+
+
+def test_spokes_with_different_class_pairs_make_a_multiclass_pipeline():
+    import orjson
+
+    a, b = QualityState("classification", 8), QualityState("classification", 8)
+    a.update(["x", "y"], ["x", "y"], np.array([[0.9, 0.1], [0.2, 0.8]]), ["x", "y"])
+    b.update(["x", "z"], ["x", "z"], np.array([[0.7, 0.3], [0.4, 0.6]]), ["x", "z"])
+    parts = [orjson.loads(orjson.dumps(s.to_json())) for s in (a, b)]
+    assert report(parts[:1], 8)["cumulative"]["logLoss"] == pytest.approx(
+        river_scores([(False, 0.1), (True, 0.8)])["logLoss"])
+    merged = report(parts, 8)["cumulative"]
+    assert merged["logLoss"] is None and merged["rocAuc"] is None
+    # a third class on one spoke drops its scores for good, rolling window included
+    a.update(["z"], ["x"], np.array([[0.5, np.nan, np.nan]]), ["x", "y", "z"])
+    a.update(["x"], ["x"], np.array([[0.5, 0.3, 0.2]]), ["x", "y", "z"])
+    got = report([a.to_json()], 8)
+    assert got["cumulative"]["logLoss"] is None and got["rolling"]["rocAuc"] is None
+    assert got["cumulative"]["records"] == 4
+
+
+def test_spoke_metrics_export_the_binary_scores(cancer):
+    from operators.metrics import SPOKE_METRICS
+
+    X, y = cancer
+    net = network(create(TREE, window=100, protocol="Independent"), 1)
+    stream(net, X[:200], y[:200])
+    spoke = net.spokes[0]
+    own = spoke.quality.own_values()["rolling"]
+    assert SPOKE_METRICS["rollingLogLossMicro"](spoke) == round(1e6 * own["logLoss"])
+    assert SPOKE_METRICS["rollingRocAucPpm"](spoke) == round(1e6 * own["rocAuc"])
+    pa = network(create(PA, window=100), 1)
+    stream(pa, X[:200], y[:200])
+    with pytest.raises(LookupError):  # no probabilities: not exported
+        SPOKE_METRICS["rollingRocAucPpm"](pa.spokes[0])
+
+
+def test_binary_score_state_survives_pickling(cancer):
+    X, y = cancer
+    net = network(create(TREE, window=1000, protocol="Independent"), 1)
+    stream(net, X, y)
+    quality = net.spokes[0].quality
+    assert len(pickle.dumps(quality)) < 6000  # counts, not records
+    restored = cloudpickle.loads(cloudpickle.dumps(quality))
+    assert restored.to_json() == quality.to_json()
+    assert restored.own_values() == quality.own_values()

@@ -17,7 +17,7 @@ import numpy as np
 
 from learning.component import Component
 
-__all__ = ["Learner", "label_key", "as_labels", "as_matrix", "as_test_matrix"]
+__all__ = ["Learner", "label_key", "as_labels", "as_matrix", "as_test_matrix", "widen_proba"]
 
 #: JSON scalar types a label may have. ``bool`` is its own type: ``True`` is not ``1``.
 LABEL_TYPES = (bool, int, float, str)
@@ -91,6 +91,34 @@ def as_test_matrix(X_test: Any, X: np.ndarray) -> np.ndarray | None:
     return X_test
 
 
+def widen_proba(proba: np.ndarray, before: Sequence, after: Sequence,
+                predictions: Sequence) -> np.ndarray:
+    """Probabilities over the classes ``before`` a batch laid out over those ``after`` it:
+    NaN in the columns of classes learned since, and in the rows of None predictions.
+
+    Parameters
+    ----------
+    proba : (n_records, len(before)) float64
+    before, after : sequences of labels in canonical order, ``before`` within ``after``
+    predictions : sequence of n_records labels or None
+
+    Returns
+    -------
+    (n_records, len(after)) float64
+    """
+    n = len(predictions)
+    if len(before) == len(after):
+        out = np.array(proba, dtype=np.float64).reshape(n, len(after))
+    else:
+        col = {label_key(c): j for j, c in enumerate(after)}
+        out = np.full((n, len(after)), np.nan)
+        out[:, [col[label_key(c)] for c in before]] = proba
+    missing = [i for i, p in enumerate(predictions) if p is None]
+    if missing:
+        out[missing] = np.nan
+    return out
+
+
 class Learner(Component, abc.ABC):
     """An online learner that fits mini-batches and exposes a flat parameter vector.
 
@@ -116,12 +144,18 @@ class Learner(Component, abc.ABC):
       :func:`learning.registry.check_pairing`);
     - ``task``: ``"classification"``, ``"regression"`` or ``"clustering"``: what
       :meth:`predict` returns (a label, a real number, a cluster index) and so whether
-      prequential accuracy means anything (only for classification).
+      prequential accuracy means anything (only for classification);
+    - ``has_proba``: whether :meth:`predict_proba` exists and :meth:`test_then_train`
+      takes ``with_proba=True`` (class probabilities, which log loss and ROC AUC need:
+      :mod:`learning.metrics`). Only learners whose model *is* a distribution over the
+      classes have them (the networks' softmax, the trees' leaf distributions); a margin
+      (PA, SVM, ridge) is not a probability and is not turned into one.
     """
 
     supervised: ClassVar[bool] = True
     averageable: ClassVar[bool] = True
     task: ClassVar[str] = "classification"
+    has_proba: ClassVar[bool] = False
     #: True for learners whose native bindings cannot run in a Python interpreter embedded
     #: in the JVM (PyFlink's thread mode): PyTorch's pybind11 calls PyGILState_Ensure, which
     #: deadlocks under pemja's thread states (seen: ``import torch`` hangs in
@@ -193,8 +227,29 @@ class Learner(Component, abc.ABC):
                    for p, t in zip(predictions, labels))
         return hits / len(labels)
 
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """Class probabilities per record (only where ``has_proba``).
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+
+        Returns
+        -------
+        (n_records, len(classes)) float64
+            Row ``i`` over ``classes`` in canonical order (:func:`label_key`), summing to
+            1; no columns while no label was learned.
+
+        Raises
+        ------
+        NotImplementedError
+            For learners without probabilities (``has_proba`` False).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no class probabilities")
+
     def test_then_train(self, X: np.ndarray, y: Sequence,
-                        X_test: np.ndarray | None = None) -> tuple[list, float]:
+                        X_test: np.ndarray | None = None, *, with_proba: bool = False
+                        ) -> tuple[list, float] | tuple[list, float, np.ndarray]:
         """Predict each record, then learn from it (prequential evaluation).
 
         Parameters
@@ -205,12 +260,19 @@ class Learner(Component, abc.ABC):
         X_test : (n_records, n_features) float64 or None
             The records as they are to be predicted (they differ from ``X`` when a
             preprocessor's statistics move within the batch); None means ``X``.
+        with_proba : bool
+            Also return the probabilities the predictions were taken from (only where
+            ``has_proba``; learners without it take no such argument).
 
         Returns
         -------
         predictions : list of n_records labels
         loss_sum : float
             Sum of the per-record training losses.
+        proba : (n_records, len(classes)) float64, only with ``with_proba``
+            Row ``i``: the probabilities record ``i`` was predicted with, over ``classes``
+            as they are *after* the batch (canonical order); NaN for a class the learner
+            did not know when it predicted the record (all NaN for a None prediction).
 
         Notes
         -----
@@ -219,13 +281,19 @@ class Learner(Component, abc.ABC):
         is predicted by the model after records ``< i``, as river's ``predict_one`` /
         ``learn_one`` loop does.
         """
-        predictions = self.predict(X if X_test is None else X_test)
+        X_test = X if X_test is None else X_test
+        predictions = self.predict(X_test)
+        if with_proba:
+            before = list(self.classes)
+            proba = self.predict_proba(X_test)
         try:
             loss_sum = self.loss(X, y)
         except NotImplementedError:
             loss_sum = float("nan")
         self.fit(X, y)
-        return predictions, loss_sum
+        if not with_proba:
+            return predictions, loss_sum
+        return predictions, loss_sum, widen_proba(proba, before, self.classes, predictions)
 
     def step_size(self) -> str | None:
         """The hyperparameter that sets this learner's step size, as it is configured now

@@ -63,6 +63,10 @@ class _RiverTree(Learner):
     JSON type — ``True`` and ``1`` included — stay distinct, which river's own
     dictionaries would not guarantee, while labels of one type keep river's order (and
     its tie-breaking: the first class in sorted order).
+
+    Class probabilities (``has_proba``) are river's ``predict_proba_one``, whose arg-max
+    is river's ``predict_one``: :meth:`test_then_train` asks the tree once per record for
+    both.
     """
 
     # river's compiled parts (PyO3/Cython) hang when first used in PyFlink's thread mode,
@@ -70,6 +74,7 @@ class _RiverTree(Learner):
     needs_own_interpreter = True
 
     averageable: ClassVar[bool] = False
+    has_proba = True
     #: the river.tree class wrapped
     _RIVER: ClassVar[str]
     #: hyperparameters river lets change while the tree grows
@@ -193,8 +198,30 @@ class _RiverTree(Learner):
             out.append(None if key is None else key[1])
         return out
 
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """river's ``predict_proba_one`` per record, over ``classes`` (canonical order;
+        a class missing from river's answer has probability 0).
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+
+        Returns
+        -------
+        (n_records, len(classes)) float64; no columns before any label.
+        """
+        _, rows = self._rows(X)
+        proba = self._tree.predict_proba_one
+        keys = [label_key(c) for c in self.classes]
+        out = np.zeros((len(rows), len(keys)))
+        for i, x in enumerate(rows):
+            d = proba(x)
+            out[i] = [d.get(k, 0.0) for k in keys]
+        return out
+
     def test_then_train(self, X: np.ndarray, y: Sequence,
-                        X_test: np.ndarray | None = None) -> tuple[list, float]:
+                        X_test: np.ndarray | None = None, *, with_proba: bool = False
+                        ) -> tuple[list, float] | tuple[list, float, np.ndarray]:
         """Predict record ``i`` with the tree after records ``< i``, then learn it.
 
         Returns
@@ -202,20 +229,48 @@ class _RiverTree(Learner):
         predictions : list of n_records labels
         loss_sum : float
             Number of wrong predictions (0-1 loss; a None prediction is wrong).
+        proba : (n_records, len(classes)) float64, only with ``with_proba``
+            River's ``predict_proba_one`` that gave each prediction (its arg-max, as
+            river's ``predict_one``), over ``classes`` after the batch: 0 for a class known
+            but absent from river's answer, NaN for one not yet learned when the record was
+            predicted (see :meth:`Learner.test_then_train`).
         """
         X, rows = self._rows(X)
         labels = self._labels(X, y)
         X_test = as_test_matrix(X_test, X)
         tests = rows if X_test is None else self._rows(X_test)[1]
-        predict, learn = self._tree.predict_one, self._tree.learn_one
+        tree = self._tree
+        learn = tree.learn_one
         predictions, wrong = [], 0
+        if not with_proba:
+            predict = tree.predict_one
+            for x, xt, label in zip(rows, tests, labels):
+                p = predict(xt)
+                key = self._key(label)
+                predictions.append(None if p is None else p[1])
+                wrong += p != key
+                learn(x, key)
+            return predictions, float(wrong)
+        # river's predict_one is the arg-max of predict_proba_one (river.base.Classifier)
+        proba, answers, order = tree.predict_proba_one, [], list(self._known)
         for x, xt, label in zip(rows, tests, labels):
-            p = predict(xt)
-            key = self._key(label)
+            d = proba(xt)
+            p = max(d, key=d.get) if d else None
+            answers.append((d, len(order)))
+            key = label_key(label)
+            if key not in self._known:
+                order.append(key)
+            self._key(label)
             predictions.append(None if p is None else p[1])
             wrong += p != key
             learn(x, key)
-        return predictions, float(wrong)
+        col = {label_key(c): j for j, c in enumerate(self.classes)}
+        cols = [col[k] for k in order]  # classes in the order they were learned
+        out = np.full((len(rows), len(cols)), np.nan)
+        for i, (d, known) in enumerate(answers):
+            if known:
+                out[i, cols[:known]] = [d.get(k, 0.0) for k in order[:known]]
+        return predictions, float(wrong), out
 
     def loss(self, X: np.ndarray, y: Sequence) -> float:
         """Number of records the tree gets wrong (0-1 loss; the model is unchanged)."""

@@ -24,7 +24,8 @@ import numpy as np
 
 from learning.errors import HyperparameterError, ParameterError
 from learning.hyperparameters import INT_LIST, Hyperparameter, check_stored
-from learning.learners.base import Learner, as_labels, as_matrix, as_test_matrix
+from learning.learners.base import (Learner, as_labels, as_matrix, as_test_matrix,
+                                    widen_proba)
 from learning.learners.labels import LabelIndex
 from learning.learners.linear import check_n_features
 
@@ -77,6 +78,14 @@ def _device(name: str) -> Any:
     return torch.device(name)
 
 
+def _softmax(logits: Any) -> np.ndarray:
+    """Row-wise softmax of a (detached) logits tensor, as float64 numpy: computed in
+    float64 so that rows sum to 1 to numpy's precision."""
+    import torch
+
+    return torch.softmax(logits.double(), dim=1).cpu().numpy()
+
+
 class _TorchClassifier(Learner):
     """What :class:`MLP` and :class:`CNN` share.
 
@@ -93,9 +102,15 @@ class _TorchClassifier(Learner):
     and a fresh model is the zero vector like every other learner's — which the protocols
     assume (the hub starts from zero and adds updates). Head rows start at 0, so ``θ₀`` is
     0 there and :meth:`project` fills absent classes with zeros. Weights live in float32.
+
+    Class probabilities (``has_proba``) are the softmax of the logits over the classes
+    known (whatever ``loss_function`` trains them: with ``multi_margin`` they are scores
+    normalized, not calibrated); :meth:`test_then_train` takes them from the forward pass
+    it trains on, so they cost no second pass.
     """
 
     needs_own_interpreter = True  # PyTorch deadlocks in PyFlink thread mode (see Learner)
+    has_proba = True
 
     #: hyperparameters that may change while the network trains
     _MUTABLE: ClassVar[tuple[str, ...]] = ("learning_rate", "weight_decay", "momentum",
@@ -301,7 +316,8 @@ class _TorchClassifier(Learner):
             self._step(X, labels, None)
 
     def test_then_train(self, X: np.ndarray, y: Sequence,
-                        X_test: np.ndarray | None = None) -> tuple[list, float]:
+                        X_test: np.ndarray | None = None, *, with_proba: bool = False
+                        ) -> tuple[list, float] | tuple[list, float, np.ndarray]:
         """Predict the batch with the network before it, then take one step on it.
 
         Returns
@@ -310,36 +326,64 @@ class _TorchClassifier(Learner):
         loss_sum : float
             Sum of the per-record losses before the step (unseen labels count as classes
             with zero logits).
+        proba : (n_records, len(classes)) float64, only with ``with_proba``
+            The softmax the predictions are the arg-max of, over ``classes`` after the
+            batch; NaN for the classes first seen in this batch (see
+            :meth:`Learner.test_then_train`).
         """
         X, labels = self._check_batch(X, y)
         X_test = as_test_matrix(X_test, X)
         if not labels:
-            return [], 0.0
-        predictions = None if X_test is None else self.predict(X_test)
-        return self._step(X, labels, predictions)
+            return ([], 0.0, np.zeros((0, len(self.classes)))) if with_proba else ([], 0.0)
+        before = list(self.classes)
+        tested = None if X_test is None else self._predict_with_proba(X_test, with_proba)
+        predictions, loss_sum, proba = self._step(X, labels, tested, with_proba)
+        if not with_proba:
+            return predictions, loss_sum
+        return predictions, loss_sum, widen_proba(proba, before, self.classes, predictions)
 
-    def _step(self, X: np.ndarray, labels: list, predictions: list | None
-              ) -> tuple[list, float]:
+    def _predict_with_proba(self, X: np.ndarray, with_proba: bool
+                            ) -> tuple[list, np.ndarray | None]:
+        """:meth:`predict` and, if asked, :meth:`predict_proba` from one forward pass."""
+        import torch
+
+        X = as_matrix(X, self.n_features)
+        K = len(self.classes)
+        if K < 2 or self._body is None:
+            return ([self.classes[0] if K else None] * X.shape[0],
+                    np.ones((X.shape[0], K)) if with_proba else None)
+        with torch.no_grad():
+            logits = self._logits(X)
+            predictions = [self.classes[j] for j in logits.argmax(dim=1).tolist()]
+            proba = _softmax(logits) if with_proba else None
+        return predictions, proba
+
+    def _step(self, X: np.ndarray, labels: list,
+              tested: tuple[list, np.ndarray | None] | None, with_proba: bool = False
+              ) -> tuple[list, float, np.ndarray | None]:
         import torch
 
         before = list(self.classes)
         self._add_labels(labels)
         logits = self._logits(X)
-        if predictions is None:  # the model before the step predicts X itself
-            if len(before) < 2:
-                predictions = [before[0] if before else None] * len(labels)
-            else:
-                known = torch.as_tensor(self._labels.rows(before), device=logits.device)
-                best = logits.detach()[:, known].argmax(dim=1).tolist()
-                predictions = [before[j] for j in best]
+        if tested is not None:
+            predictions, proba = tested
+        elif len(before) < 2:  # the model before the step predicts X itself
+            predictions = [before[0] if before else None] * len(labels)
+            proba = np.ones((len(labels), len(before))) if with_proba else None
+        else:
+            known = torch.as_tensor(self._labels.rows(before), device=logits.device)
+            scores = logits.detach()[:, known]
+            predictions = [before[j] for j in scores.argmax(dim=1).tolist()]
+            proba = _softmax(scores) if with_proba else None
         if len(self.classes) < 2:
-            return predictions, 0.0
+            return predictions, 0.0, proba
         targets = torch.as_tensor(self._labels.rows(labels), device=logits.device)
         total = self._criterion(logits, targets, "sum")
         self._opt.zero_grad(set_to_none=True)
         (total / len(labels)).backward()
         self._opt.step()
-        return predictions, float(total.detach())
+        return predictions, float(total.detach()), proba
 
     # --- prediction and evaluation ------------------------------------------------------
 
@@ -364,6 +408,21 @@ class _TorchClassifier(Learner):
             best = self._logits(X).argmax(dim=1).tolist()
         classes = self.classes
         return [classes[j] for j in best]
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """Softmax of the logits per record, over ``classes`` (canonical order).
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+
+        Returns
+        -------
+        (n_records, len(classes)) float64
+            All ones with one class known; no columns with none.
+        """
+        X = as_matrix(X, self.n_features)
+        return self._predict_with_proba(X, True)[1]
 
     def loss(self, X: np.ndarray, y: Sequence) -> float:
         """Sum over the batch of the per-record loss (the model is unchanged); unseen

@@ -395,7 +395,8 @@ class PipelineSpoke(Node):
         y = self._y
         self._X, self._y = [], []
         try:
-            predictions, n_correct, loss = self.pipeline.test_then_train(X, y)
+            predictions, n_correct, loss, proba = self.pipeline.test_then_train(
+                X, y, with_proba=True)
         except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
             # a batch the learner cannot take (e.g. a CNN fed records of the wrong width):
             # counted and reported, never fatal to the job
@@ -406,7 +407,8 @@ class PipelineSpoke(Node):
             return
         self.fitted += len(X)
         if self.quality is not None:
-            self.quality.update(y, predictions)
+            self.quality.update(y, predictions, proba, getattr(
+                self.pipeline.learner, "classes", None) if proba is not None else None)
         self.correct += n_correct
         self.loss_sum += float(loss)
         self.batches += 1
