@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from learning.errors import HyperparameterError
 
-__all__ = ["Hyperparameter", "INT_LIST", "ANY", "UNDECLARED", "declaration", "is_declared",
+__all__ = ["interval_bounds", "Hyperparameter", "INT_LIST", "ANY", "UNDECLARED", "declaration", "is_declared",
            "check", "check_stored", "typed", "component_schema", "summary", "describe"]
 
 #: The type of a list of integers (MLP's ``hidden_layers``); tuples are accepted too.
@@ -45,6 +45,25 @@ UNDECLARED = "undeclared (a constructor argument; the class checks it)"
 def _number(text: str) -> float | None:
     text = text.strip()
     return None if text in ("inf", "-inf") else float(text)
+
+
+def interval_bounds(name: str, interval: str | None) -> tuple[float | None, float | None]:
+    """``(low, high)`` of an interval in the declarations' notation (``"[0, 1)"``,
+    ``"(0, inf)"``), None for no interval or an unbounded end; also the check of
+    :class:`learning.protocols.parameters.Param`'s intervals.
+
+    Raises
+    ------
+    ValueError
+        On a malformed interval, naming ``name``.
+    """
+    if interval is None:
+        return None, None
+    text = interval.strip()
+    if text[:1] not in "[(" or text[-1:] not in "])" or text.count(",") != 1:
+        raise ValueError(f"{name}: interval must look like '[0, 1)', got {text!r}")
+    lo, hi = (_number(part) for part in text[1:-1].split(","))
+    return lo, hi
 
 
 def _text(v: Any) -> str:
@@ -142,13 +161,7 @@ class Hyperparameter:
 
     def bounds(self) -> tuple[float | None, float | None]:
         """``(low, high)`` of :attr:`interval`, None for an unbounded end."""
-        if self.interval is None:
-            return None, None
-        text = self.interval.strip()
-        if text[:1] not in "[(" or text[-1:] not in "])" or text.count(",") != 1:
-            raise ValueError(f"{self.name}: interval must look like '[0, 1)', got {text!r}")
-        lo, hi = (_number(part) for part in text[1:-1].split(","))
-        return lo, hi
+        return interval_bounds(self.name, self.interval)
 
     def _limits(self) -> list[tuple[str, float]]:
         """The interval as comparisons, e.g. ``[(">", 0.0), ("<", 1.0)]``."""

@@ -13,7 +13,7 @@ completes: a fresh ``read_uncommitted`` reader finds all the predictions, a fres
 ``read_committed`` one only those before some offset. Measured in the session of
 2026-11-24: 80, 119 and 159 of 200 predictions visible after 90 s, 181 of 200 after 120 s,
 and the Flink log showing a completed checkpoint every 2 s throughout. The test then
-``xfail``\ s with that diagnosis (:func:`_broker_withholds`); every other shortfall fails.
+is marked xfail with that diagnosis (:func:`_broker_withholds`); every other shortfall fails.
 """
 
 from __future__ import annotations

@@ -299,7 +299,9 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
 def test_the_declarations_do_not_import_the_registry():
     modules = _modules()
     assert _imports(modules["learning.protocols.parameters"], modules) <= {
-        "learning.errors", "learning.layout"}
+        "learning.errors", "learning.layout", "learning.hyperparameters"}
+    # the declarations of learners' hyperparameters share its interval notation, not more
+    assert _imports(modules["learning.hyperparameters"], modules) <= {"learning.errors"}
 
 
 def test_requests_and_the_protocols_are_in_no_import_circle():

@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from learning.errors import RequestError
+from learning.hyperparameters import interval_bounds
 from learning.layout import DEFAULT_QUORUM
 
 __all__ = ["Param", "Rule", "ProtocolParams", "TRAINING_PARAMETERS", "TRAINING_DEFAULTS",
@@ -42,11 +43,6 @@ NAME_LENGTH = 128
 
 def _field(name: str) -> str:
     return f"trainingConfiguration.{name}"
-
-
-def _number(text: str) -> float | None:
-    text = text.strip()
-    return None if text in ("inf", "-inf") else float(text)
 
 
 def _text(v: Any) -> str:
@@ -134,13 +130,7 @@ class Param:
     # -- the declaration -------------------------------------------------------------------
     def bounds(self) -> tuple[float | None, float | None]:
         """``(low, high)`` of :attr:`interval`, None for an unbounded end."""
-        if self.interval is None:
-            return None, None
-        text = self.interval.strip()
-        if text[:1] not in "[(" or text[-1:] not in "])" or text.count(",") != 1:
-            raise ValueError(f"{self.name}: interval must look like '[0, 1)', got {text!r}")
-        lo, hi = (_number(part) for part in text[1:-1].split(","))
-        return lo, hi
+        return interval_bounds(self.name, self.interval)
 
     def _open(self) -> tuple[bool, bool]:
         text = self.interval.strip()
