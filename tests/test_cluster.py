@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -34,9 +35,13 @@ PREFIX = "cl-"
 
 
 def job_args(broker) -> list[str]:
-    return ["--bootstrap-servers", broker.bootstrap_servers, "--topic-prefix", PREFIX,
-            "--spokes", "2", "--hubs", "1", "--mode", "process",
-            "--checkpoint-interval-ms", "1000", "--job-name", "omldm-cluster-test"]
+    """The job's settings in a ``--config`` YAML file (docs/operations.md), one of them
+    (the checkpoint interval: 60 s in the file) overridden by its flag."""
+    conf = Path(tempfile.mkdtemp(prefix="omldm-cluster-")) / "omldm.yaml"
+    conf.write_text(f"kafka: {{bootstrap_servers: '{broker.bootstrap_servers}'}}\n"
+                    f"topic_prefix: {PREFIX}\nspokes: 2\nhubs: 1\nexecution_mode: process\n"
+                    f"checkpoint_interval_ms: 60000\njob_name: omldm-cluster-test\n")
+    return ["--config", str(conf), "--checkpoint-interval-ms", "1000"]
 
 
 def submit(cluster: SessionCluster, broker, *extra: str) -> str:
