@@ -122,7 +122,8 @@ def _serve(args: argparse.Namespace) -> int:
                        protocol_modules=tuple(args.protocol_module or ()),
                        checkpoint_interval_ms=args.checkpoint_interval_ms,
                        exactly_once_outputs=args.exactly_once_outputs,
-                       max_batch_delay_ms=args.max_batch_delay_ms, **sharding_settings(args),
+                       max_batch_delay_ms=args.max_batch_delay_ms,
+                       prediction_scores=args.prediction_scores, **sharding_settings(args),
                        **job_settings(getattr(args, "config_settings", {}), args))
     session = Session(cfg, "omldm-serve")
     try:
@@ -610,6 +611,9 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                        help="a module registering user protocols (repeatable)")
     serve.add_argument("--checkpoint-interval-ms", type=int, default=0,
                        help="checkpoint every N ms (default 0: off)")
+    serve.add_argument("--prediction-scores", action="store_true",
+                       help="each prediction also carries the class probabilities it was made "
+                            "with, where the learner has them (MLP, CNN, Hoeffding trees)")
     exactly_once(serve)
     batching(serve)
     sharding(serve)

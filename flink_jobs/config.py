@@ -107,6 +107,11 @@ class JobConfig:
     max_response_params : int
         Query responses carry the global model's parameters up to this many; above it a
         summary with ``truncated: true``.
+    prediction_scores : bool
+        Each prediction also carries ``classes`` and ``probabilities`` (the class
+        probabilities it was made with) where the pipeline's learner has them (MLP, CNN,
+        the Hoeffding trees); off by default (a second pass through the learner per
+        forecasting record).
     checkpoint_interval_ms : int
         Checkpoint interval (milliseconds, exactly-once barriers); 0 disables
         checkpointing. On by default (10 s); :func:`flink_jobs.session.local_config`
@@ -161,6 +166,7 @@ class JobConfig:
     max_pipelines: int = 64
     max_model_params: int = 10_000_000
     max_response_params: int = 10_000
+    prediction_scores: bool = False
     checkpoint_interval_ms: int = 10_000
     checkpoint_dir: str = ""
     exactly_once_outputs: bool = False
@@ -183,7 +189,8 @@ class JobConfig:
         return {"max_request_bytes": self.max_request_bytes, "max_pipelines": self.max_pipelines,
                 "max_model_params": self.max_model_params,
                 "max_message_bytes": self.max_message_bytes,
-                "max_response_params": self.max_response_params}
+                "max_response_params": self.max_response_params,
+                "prediction_scores": self.prediction_scores}
 
     def __post_init__(self) -> None:
         for name in ("spokes", "hubs", "bundle_size", "max_request_bytes", "max_pipelines",

@@ -66,6 +66,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch-records", type=int, default=JobConfig.max_batch_records,
                    help=f"records per batch at most (default {JobConfig.max_batch_records})")
     add_sharding_arguments(p)
+    p.add_argument("--prediction-scores", action="store_true",
+                   help="each prediction also carries the class probabilities it was made "
+                        "with, where the learner has them (MLP, CNN, Hoeffding trees)")
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
                    help="register omldm's Flink metrics (counters and gauges per pipeline)")
     return p
@@ -98,6 +101,7 @@ def config_from_args(args: argparse.Namespace, file_settings: dict | None = None
                      protocol_modules=tuple(args.protocol_module), metrics=args.metrics,
                      max_batch_delay_ms=args.max_batch_delay_ms,
                      max_batch_records=args.max_batch_records,
+                     prediction_scores=args.prediction_scores,
                      **{**sharding_settings(args), **extra})
 
 

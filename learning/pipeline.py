@@ -73,6 +73,26 @@ class Pipeline:
         """
         return self.learner.predict(self._transform(X))
 
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """Class probabilities without learning, where the learner has them
+        (``learner.has_proba``; :meth:`learning.learners.Learner.predict_proba`).
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+
+        Returns
+        -------
+        (n_records, len(learner.classes)) float64, over ``learner.classes`` in canonical
+        order.
+
+        Raises
+        ------
+        NotImplementedError
+            For a learner without probabilities (PA, SVM, ridge, regressors, k-means).
+        """
+        return self.learner.predict_proba(self._transform(X))
+
     def fit(self, X: np.ndarray, y: Sequence) -> None:
         """Learn a mini-batch: each preprocessor learns and transforms, then the learner fits.
 

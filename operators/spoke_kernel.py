@@ -57,6 +57,7 @@ class SpokeContext:
         self.n_hubs = n_hubs
         self.max_message_bytes = op.max_message_bytes
         self.max_response_params = op.limits["max_response_params"]
+        self.prediction_scores = op.limits["prediction_scores"]
         self.pauses = 0  # calls this pipeline's stream waits on (then_sync)
         # this pipeline's records that arrived while it was paused: (training?, record),
         # or (None, fn) from feed()

@@ -128,6 +128,13 @@ def test_records_cross_in_batches_and_each_spoke_keeps_their_order(shuttle_run):
     for ids in by_spoke.values():
         assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert sum(map(len, by_spoke.values())) == shuttle_run["n_fore"]
+    # each prediction says which model made it: the spoke's synchronizations so far, never
+    # going back, and past the first ones by the end of the stream
+    versions: dict[int, list[int]] = {}
+    for p in shuttle_run["in_order"]:
+        versions.setdefault(p["spoke"], []).append(p["modelVersion"])
+    for v in versions.values():
+        assert v == sorted(v) and v[-1] >= 10, v[-5:]
 
 
 def test_query_reports_traffic_both_ways(shuttle_run):

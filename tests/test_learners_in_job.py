@@ -8,9 +8,12 @@ job refuses them with a clear error instead of hanging."""
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 from sklearn.datasets import load_digits
 
+from flink_jobs.kafka_io import TopicReader
 from flink_jobs.session import Session, local_config
 
 # (pipeline id, learner, hyperparameters, preprocessors, protocol, bar on prequential accuracy)
@@ -36,7 +39,7 @@ def test_every_learner_and_preprocessor_runs_in_the_job(broker):
     d = load_digits()
     # process mode: PyTorch cannot run in thread mode's embedded interpreter (see below)
     cfg = local_config(broker.bootstrap_servers, topic_prefix="zoo-", spokes=2, hubs=1,
-                       execution_mode="process")
+                       execution_mode="process", prediction_scores=True)
     with Session(cfg, "zoo") as s:
         for pid, learner, hyper, pre, protocol, _ in PIPELINES:
             req = {"id": pid, "request": "Create",
@@ -51,6 +54,18 @@ def test_every_learner_and_preprocessor_runs_in_the_job(broker):
         _, n_train, n_fore = s.stream(d.data, d.target)
         results = {pid: s.wait_until_counted(pid, n_train, n_fore, timeout=180)
                    for pid, *_ in PIPELINES}
+        reader = TopicReader(broker.bootstrap_servers, cfg.topics.predictions)
+        answered = [p for p in reader.drain(idle_ms=1000) if p["prediction"] is not None]
+        reader.close()
+        scored = collections.Counter(p["pipeline"] for p in answered if p.get("probabilities"))
+        made = collections.Counter(p["pipeline"] for p in answered)
+    # --prediction-scores: the learners with class probabilities (MLP, the trees) send them
+    names = {pid: learner for pid, learner, *_ in PIPELINES}
+    assert {names[pid] for pid in scored} <= {"MLP", "CNN", "HoeffdingTree",
+                                              "HoeffdingAdaptiveTree"}, scored
+    # every prediction made once a class is known (forecasting records read before the
+    # first training records were fitted are answered None, without scores)
+    assert scored[3] == made[3] > n_fore // 2 and scored[5] == made[5] > n_fore // 2, (scored, made)
     for pid, learner, _, _, _, bar in PIPELINES:
         q = results[pid]
         assert q["fitted"] == n_train and q["predicted"] == n_fore and q["rejected"] == 0, q

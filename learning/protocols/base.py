@@ -238,13 +238,16 @@ class PipelineSpoke(Node):
             if len(self._X) >= self.mini_batch_size:
                 self.flush()
             return
-        try:
+        try:  # scores first: a record they refuse is not counted as predicted
+            scores = (self._scores(rec["features"])
+                      if getattr(self.ctx, "prediction_scores", False) else {})
             prediction = self._predict(rec["features"])
+            out = {"id": rec.get("id"), "pipeline": self.ctx.network, "spoke": self.ctx.index,
+                   "prediction": prediction, "modelVersion": self.model_version, **scores}
         except RecordRejected as exc:
             self.refuse(rec, exc)
             return
-        self.ctx.emit(None, {"id": rec.get("id"), "pipeline": self.ctx.network,
-                             "spoke": self.ctx.index, "prediction": prediction})
+        self.ctx.emit(None, out)
 
     def refuse(self, rec: Any, exc: RecordRejected) -> None:
         """Count a refused record under its reason and dead-letter it (with this pipeline)."""
@@ -376,6 +379,27 @@ class PipelineSpoke(Node):
         if self.layout.pending:
             self.layout = Layout(width, "number" if self._task == "regression" and kind else kind,
                                  None, "inferred")
+
+    @property
+    def model_version(self) -> int:
+        """The version of the model this spoke predicts with: the global models it has
+        taken in so far (``rounds`` of the synchronizing protocols: averaging rounds,
+        answered pushes, elastic steps), 0 before the first and always for ``Independent``.
+        Every prediction carries it as ``modelVersion``."""
+        return int(getattr(self, "rounds", 0))
+
+    def _scores(self, features: list) -> dict:
+        """``{"classes", "probabilities"}`` of one record, where the learner has class
+        probabilities (``has_proba``); ``{}`` otherwise (``JobConfig.prediction_scores``)."""
+        learner = self.pipeline.learner
+        if not getattr(learner, "has_proba", False) or not getattr(learner, "classes", None):
+            return {}
+        try:
+            proba = self.pipeline.predict_proba(np.asarray([features], dtype=np.float64))[0]
+        except (ValueError, TypeError, ArithmeticError, RuntimeError, NotImplementedError) as exc:
+            raise RecordRejected(f"the learner cannot score it: {exc}", "predict_failed") from exc
+        return {"classes": list(learner.classes),
+                "probabilities": [float(p) if math.isfinite(p) else None for p in proba]}
 
     def _predict(self, features: list) -> Any:
         try:
