@@ -20,7 +20,9 @@ variant reduces the RTC to ``F(S) ≤ Θ`` over the average ``S`` of small local
 - ``sketch``: ``S_i = (‖Δ_i‖², sk(Δ_i))`` with an AMS sketch of ``rows × cols`` (``cols =
   ⌈8/ε²⌉``, ``rows = 2⌈ln(1/δ)⌉ + 1``, ``ε = δ = precision``, default 0.25),
   ``F(v, Ξ) = v − median_j ‖ξ_j‖² / (1 + ε)``; the RTC then holds with probability
-  ``1 − δ``. A sketch compresses only a model larger than itself: for a model of at most
+  ``1 − δ``. Its hash functions are computed on the fly from seeded polynomials
+  (:class:`AmsSketch`), so a sketch costs memory of its own size, not the model's.
+  A sketch compresses only a model larger than itself: for a model of at most
   ``rows·cols`` parameters (20 for PA on Shuttle against 640 sketch cells) the state is
   ``(‖Δ_i‖², Δ_i)`` itself, one exact "row" with ``ε = 0`` (:func:`sketch_dims`), so
   ``F`` is the model variance exactly (eq. 4.8) and the state is smaller than the sketch.
@@ -78,7 +80,7 @@ from middleware import BroadcastPromise, Float32, remote
 
 __all__ = ["FunctionalDynamicAveragingSpoke", "FunctionalDynamicAveragingHub", "AmsSketch",
            "SafeFunction", "safe_function", "FDA_VARIANTS", "EPSILON_PSI", "THRESHOLD", "VARIANT",
-           "PRECISION", "PARAMETERS"]
+           "PRECISION", "PARAMETERS", "MERSENNE_31"]
 
 FDA_VARIANTS = ("naive", "linear", "sketch")
 #: a poll that finds F(S) above (1 − EPSILON_PSI)·Θ ends the round
@@ -118,23 +120,104 @@ def sketch_dims(size: int, precision: float) -> tuple[int, int, float]:
     return rows, cols, precision
 
 
+#: the Mersenne prime 2³¹ − 1: the field of the sketch's hash polynomials
+MERSENNE_31 = (1 << 31) - 1
+
+
 class AmsSketch:
-    """The AMS sketch ``sk(v)``: a ``(rows, cols)`` matrix whose row ``j`` is
-    ``ξ_j[b] = Σ_{l: h_j(l) = b} s_j(l) v_l`` (Cormode & Garofalakis, VLDB 2005); linear in
-    ``v``, and ``median_j ‖ξ_j‖²`` estimates ``‖v‖²``. Hashes ``h_j`` and signs ``s_j``
-    come from a generator seeded by ``(seed, size)``, so every node builds the same ones.
+    """The AMS sketch ``sk(v)`` (Alon, Matias & Szegedy, "The space complexity of
+    approximating the frequency moments", STOC 1996), in the hashed "fast AGMS" form that
+    papers/002 §4.0.4 ("Sketch FDA") cites (Cormode & Garofalakis, "Sketching streams
+    through the net", VLDB 2005): a ``(rows, cols)`` matrix whose row ``j`` is
+    ``ξ_j[b] = Σ_{l: h_j(l) = b} s_j(l) v_l``; linear in ``v``, and ``median_j ‖ξ_j‖²``
+    estimates ``‖v‖²``.
+
+    Hashes. Row ``j`` draws a cubic ``q_j(x) = c_0 + c_1 x + c_2 x² + c_3 x³`` over the
+    field of ``p = 2³¹ − 1`` (coefficients uniform in ``[0, p)``, from a generator seeded
+    by ``seed``); for distinct indices ``l < p`` the values ``q_j(l)`` are 4-wise
+    independent and uniform on ``[0, p)`` (Carter & Wegman; Wegman & Carter, JCSS 1981).
+    The index's cell ``g = ⌊2·cols·q_j(l) / 2³¹⌋`` gives both the bucket
+    ``h_j(l) = g // 2`` and the sign ``s_j(l) = +1`` if ``g`` is even, else −1, so the
+    pairs ``(h_j(l), s_j(l))`` are 4-wise independent and uniform on ``[cols] × {±1}`` up
+    to a bias below ``2·cols/p``: more than the sketch needs (signs 4-wise, buckets
+    pairwise independent), so ``E‖ξ_j‖² = ‖v‖²`` and ``Var ‖ξ_j‖² ≤ 2‖v‖⁴/cols``; rows
+    are independent. With ``cols = ⌈8/ε²⌉`` each row errs by more than ``ε‖v‖²`` with
+    probability at most 1/4 (Chebyshev), and the median of ``rows`` such rows only if
+    half of them do.
+
+    Nothing of size ``size`` is stored: the hashes are computed when sketching, over
+    ``chunk`` indices at a time (about ``24·rows·chunk`` bytes of temporaries), as a
+    product of the ``rows × 4`` matrix of each chunk's shifted coefficients with the powers
+    ``1, t, t², t³ (mod p)`` of the offsets ``t`` in a chunk. The object (pickled into a
+    spoke's state) is a few hundred bytes. Every node with the same ``(size, rows, cols,
+    seed)`` gets the same hashes, hence sketches that add up; ``chunk`` only changes the
+    order of floating-point sums.
+
+    >>> sk = AmsSketch(1000, 3, 16)
+    >>> v = np.random.default_rng(0).standard_normal(1000)
+    >>> bool(np.allclose(sk(v) + sk(2 * v), sk(3 * v)))
+    True
     """
 
-    def __init__(self, size: int, rows: int, cols: int, seed: int = 0) -> None:
-        rng = np.random.default_rng([seed, size])
-        self.size, self.rows, self.cols = size, rows, cols
-        self.buckets = rng.integers(0, cols, size=(rows, size)) + cols * np.arange(rows)[:, None]
-        self.signs = rng.choice(np.array([-1.0, 1.0]), size=(rows, size))
+    def __init__(self, size: int, rows: int, cols: int, seed: int = 0,
+                 chunk: int = 65536) -> None:
+        for name, value, low in (("size", size, 0), ("rows", rows, 1), ("cols", cols, 1),
+                                 ("chunk", chunk, 1)):
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {value}")
+        if size >= MERSENNE_31:
+            raise ValueError(f"size must be < {MERSENNE_31} (the hash field), got {size}")
+        self.size, self.rows, self.cols, self.seed, self.chunk = size, rows, cols, seed, chunk
+        rng = np.random.default_rng(seed)
+        #: ``coefficients[j] = (c_0, c_1, c_2, c_3)`` of row ``j``'s cubic
+        self.coefficients = [[int(c) for c in row]
+                             for row in rng.integers(0, MERSENNE_31, size=(rows, 4))]
+
+    def _shifted(self, start: int) -> np.ndarray:
+        """``(rows, 4)`` coefficients ``d`` with ``q_j(start + t) = Σ_k d[j, k] t^k (mod p)``."""
+        p = MERSENNE_31
+        d = np.empty((self.rows, 4), dtype=np.uint64)
+        for j, c in enumerate(self.coefficients):
+            for k in range(4):
+                d[j, k] = sum(math.comb(m, k) * c[m] * pow(start, m - k, p)
+                              for m in range(k, 4)) % p
+        return d
+
+    @staticmethod
+    def _powers(n: int) -> np.ndarray:
+        """``(4, n)``: ``t^k mod p`` for ``k < 4`` and ``t < n`` (uint64)."""
+        p = np.uint64(MERSENNE_31)
+        t = np.arange(n, dtype=np.uint64)
+        t2 = t * t % p
+        return np.stack([np.ones_like(t), t, t2, t2 * t % p])
+
+    def hashes(self, start: int, stop: int, powers: np.ndarray | None = None) -> np.ndarray:
+        """``q_j(l) mod p`` for ``j < rows`` and ``start ≤ l < stop`` (int64, ``(rows,
+        stop − start)``); ``powers``: :meth:`_powers` of at least ``stop − start``."""
+        n = stop - start
+        powers = self._powers(n) if powers is None else powers[:, :n]
+        # each product is below p² < 2⁶², so the sum of four stays below 2⁶⁴
+        x = self._shifted(start) @ powers
+        p = np.uint64(MERSENNE_31)
+        x %= p
+        return x.view(np.int64)
 
     def __call__(self, v: np.ndarray) -> np.ndarray:
-        flat = np.bincount(self.buckets.ravel(), weights=(self.signs * v).ravel(),
-                           minlength=self.rows * self.cols)
-        return flat.reshape(self.rows, self.cols)
+        v = np.asarray(v, dtype=np.float64)
+        if v.shape != (self.size,):
+            raise ValueError(f"v must have shape ({self.size},), got {v.shape}")
+        rows, cols = self.rows, self.cols
+        cells = np.zeros((rows, 2 * cols))
+        powers = self._powers(min(self.chunk, self.size))
+        for start in range(0, self.size, self.chunk):
+            stop = min(start + self.chunk, self.size)
+            g = self.hashes(start, stop, powers)
+            g *= 2 * cols
+            g >>= 31
+            for j in range(rows):
+                cells[j] += np.bincount(g[j], weights=v[start:stop], minlength=2 * cols)
+        cells = cells.reshape(rows, cols, 2)
+        return cells[:, :, 0] - cells[:, :, 1]
 
     @staticmethod
     def estimate(sk: np.ndarray) -> float:
