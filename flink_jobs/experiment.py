@@ -50,6 +50,13 @@ only after thousands of records: FDA and EVENFLOW then end 1–3 rounds on digit
 accuracy falls to that of independent learners, while BSP, which pauses the stream for
 every round, is unaffected. ``records_per_second`` is then the paced rate.
 
+``omldm experiment regression`` (:func:`run_regression`) is EVENFLOW's regression setting
+(papers/003 §IV: an MLP trained with MSE, test MSE reported): the ``MLPRegressor`` of
+:data:`REGRESSION_LEARNER` on river's Friedman #1 (20,000 seeded records, ``--limit``; the
+last 20% held out), Centralized and :data:`REGRESSION_RUNS` (Synchronous, Asynchronous,
+EVENFLOW basic and fast with l2, basic with kl) on ``--spokes`` spokes (default 4) of the
+in-process kernel; a table of held-out test MSE and MAE, prequential MAE, bytes and rounds.
+
 BSP and SSP treat a Query as a synchronization point (:mod:`learning.protocols.synchronous`),
 so the progress Queries of a Flink run (one every :data:`PROGRESS_EVERY_S` seconds) add a
 few rounds to theirs; ``queries`` in each row says how many there were.
@@ -72,7 +79,9 @@ import numpy as np
 
 __all__ = ["add_parser", "run_experiment", "SETTINGS", "DATASETS", "create_request",
            "run_local", "run_centralized", "run_flink", "summarize", "markdown_table", "plot",
-           "load", "CENTRALIZED", "QUICK_RUNS", "QUICK_LIMIT"]
+           "load", "CENTRALIZED", "QUICK_RUNS", "QUICK_LIMIT", "run_regression",
+           "run_regression_one", "load_friedman", "regression_table", "REGRESSION_RUNS",
+           "REGRESSION_LEARNER"]
 
 log = logging.getLogger(__name__)
 
@@ -685,6 +694,159 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
     return rows
 
 
+# -- regression: an MLP regressor on Friedman #1 (EVENFLOW's setting) ------------------
+#: river's ``synth.Friedman`` seed of the regression experiment's stream
+FRIEDMAN_SEED = 42
+#: records of the regression stream (the last :data:`REGRESSION_HOLDOUT` held out)
+REGRESSION_RECORDS = 20_000
+#: share of the regression stream held out (its tail), never streamed
+REGRESSION_HOLDOUT = 0.2
+#: the regression experiment's pipeline: an MLP regressor on the raw features (uniform in
+#: [0, 1]), Adam, one step per mini-batch of 16 records
+REGRESSION_LEARNER = {"name": "MLPRegressor",
+                      "hyperParameters": {"hidden_layers": [32, 16], "optimizer": "adam",
+                                          "learning_rate": 0.01, "seed": 0}}
+#: the regression experiment's runs (protocol, variant, extra trainingConfiguration keys).
+#: EVENFLOW's l2 threshold T (on ``‖Δ_i‖²``) from 0.25, 1, 4 on this stream (4 spokes,
+#: 20,000 records, seed 0): basic ended 21, 11, 5 rounds at test MSE 6.88, 6.68, 6.63 (BSP:
+#: 249 rounds, 6.74); 1 is the middle. kl with T = 0.3 is papers/003 §IV's own setting.
+REGRESSION_RUNS: tuple[tuple[str, str | None, dict], ...] = (
+    ("Synchronous", None, {}),
+    ("Asynchronous", None, {}),
+    ("EVENFLOW", "basic", {"threshold": 1.0, "monitoredFunction": "l2"}),
+    ("EVENFLOW", "fast", {"threshold": 1.0, "monitoredFunction": "l2", "coefficients": 50}),
+    ("EVENFLOW", "basic", {"threshold": 0.3, "monitoredFunction": "kl"}),
+)
+
+
+def load_friedman(records: int = REGRESSION_RECORDS, holdout: float = REGRESSION_HOLDOUT,
+                  seed: int = FRIEDMAN_SEED) -> tuple[np.ndarray, ...]:
+    """river's Friedman #1 stream (``synth.Friedman(seed)``: 10 features uniform in [0,
+    1], ``y = 10 sin(π x_0 x_1) + 20 (x_2 − ½)² + 10 x_3 + 5 x_4 + N(0, 1)``), split into
+    the streamed head and the held-out tail.
+
+    Returns
+    -------
+    X, y, X_holdout, y_holdout : float64 arrays, ``(n, 10)``, ``(n,)``, ``(m, 10)``, ``(m,)``
+    """
+    import itertools
+
+    from river.datasets import synth
+
+    data = list(itertools.islice(synth.Friedman(seed=seed), records))
+    X = np.array([list(x.values()) for x, _ in data], dtype=np.float64)
+    y = np.array([t for _, t in data], dtype=np.float64)
+    cut = len(X) - round(holdout * len(X))
+    return X[:cut], y[:cut], X[cut:], y[cut:]
+
+
+def run_regression_one(data: tuple[np.ndarray, ...], protocol: str, variant: str | None,
+                       extra: dict, *, spokes: int = 4, seed: int = 0) -> dict:
+    """One run of the regression experiment on the in-process kernel
+    (:func:`flink_jobs.local_run.stream_local`: every record trained on, each to a spoke
+    drawn at random with ``seed``), then the held-out MSE of the final global model: hub
+    0's learner (``w̃``), or the one spoke's model for ``Centralized`` (one spoke,
+    protocol ``Independent``).
+
+    Returns
+    -------
+    dict
+        ``protocol``, ``variant``, ``spokes``, ``threshold``, ``monitored_function``,
+        ``test_mse``, ``test_mae``, ``prequential_mae`` / ``prequential_rmse`` (the Query's
+        ``metrics.cumulative``), ``bytes_to_hubs``, ``bytes_to_spokes``, ``rounds``,
+        ``fitted``, ``seconds``.
+    """
+    from flink_jobs.local_run import stream_local
+
+    X, y, Xh, yh = data
+    central = protocol == CENTRALIZED
+    config = {"protocol": "Independent" if central else protocol, "hubParallelism": 1,
+              "miniBatchSize": 16, "miniBatches": 1, **extra}
+    if variant is not None:
+        config["variant"] = variant
+    request = {"id": 0, "request": "Create", "requestId": "regression",
+               "preProcessors": [], "learner": copy.deepcopy(REGRESSION_LEARNER),
+               "trainingConfiguration": config}
+    run = stream_local(request, X, y, spokes=1 if central else spokes, every=0, seed=seed)
+    learner = run.net.spokes[0].pipeline.learner if central else run.net.hubs[0].learner
+    predictions = np.asarray(learner.predict(Xh), dtype=np.float64)
+    final, proto = run.final, run.final["protocol"]
+    cumulative = (final.get("metrics") or {}).get("cumulative") or {}
+    return {
+        "dataset": "friedman", "protocol": protocol, "variant": variant,
+        "spokes": 1 if central else spokes, "threshold": extra.get("threshold"),
+        "monitored_function": extra.get("monitoredFunction"), "kernel": "local",
+        "records": len(X), "holdout_records": len(Xh),
+        "test_mse": float(np.mean((yh - predictions) ** 2)),
+        "test_mae": float(np.mean(np.abs(yh - predictions))),
+        "prequential_mae": cumulative.get("mae"), "prequential_rmse": cumulative.get("rmse"),
+        "bytes_to_hubs": int(proto.get("syncBytesToHubs", 0)),
+        "bytes_to_spokes": int(proto.get("syncBytesToSpokes", 0)),
+        "rounds": int(proto.get("rounds", proto.get("updates", 0))),
+        "fitted": final["fitted"], "seconds": run.seconds,
+    }
+
+
+def regression_table(rows: list[dict]) -> str:
+    """The regression experiment's rows as GitHub markdown."""
+    lines = ["| protocol | spokes | test MSE | test MAE | prequential MAE | bytes → hubs "
+             "| bytes → spokes | rounds | seconds |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        name = _name(r) + (f", {r['monitored_function']} T={r['threshold']:g}"
+                           if r.get("monitored_function") else "")
+        mae = "–" if r["prequential_mae"] is None else f"{r['prequential_mae']:.3f}"
+        lines.append(f"| {name} | {r['spokes']} | {r['test_mse']:.3f} | {r['test_mae']:.3f} | "
+                     f"{mae} | {r['bytes_to_hubs']:,} | {r['bytes_to_spokes']:,} | "
+                     f"{r['rounds']:,} | {r['seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def run_regression(json_path: str | Path, *, spokes: int = 4,
+                   records: int = REGRESSION_RECORDS, protocols: tuple[str, ...] | None = None,
+                   seed: int = 0, out=None) -> list[dict]:
+    """``omldm experiment regression``: :data:`REGRESSION_LEARNER` on river's Friedman #1
+    (:func:`load_friedman`, ``records`` records, the last 20% held out), Centralized and
+    every run of :data:`REGRESSION_RUNS` on ``spokes`` spokes, on the in-process kernel
+    (:func:`run_regression_one`); writes the JSON rows, prints the markdown table
+    (:func:`regression_table`) and returns the rows. EVENFLOW's regression setting:
+    papers/003_026f5d1641a0ab17.txt §IV (an MLP trained with MSE, test MSE reported).
+
+    Parameters
+    ----------
+    protocols : names or None
+        Only these (``"Centralized"`` is one of the names); default all.
+
+    Raises
+    ------
+    ValueError
+        For ``spokes`` or ``records`` below 1 (records: below 10).
+    """
+    out = out or sys.stdout
+    if spokes < 1:
+        raise ValueError(f"spokes must be >= 1, got {spokes}")
+    if records < 10:
+        raise ValueError(f"records must be >= 10, got {records}")
+    json_path = Path(json_path)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    data = load_friedman(records)
+    runs = [(CENTRALIZED, None, {}), *REGRESSION_RUNS]
+    rows: list[dict] = []
+    for protocol, variant, extra in runs:
+        if protocols is not None and protocol not in protocols:
+            continue
+        row = run_regression_one(data, protocol, variant, extra, spokes=spokes, seed=seed)
+        rows.append(row)
+        json_path.write_text(json.dumps(rows, indent=1))
+        print(f"  friedman {_name(row):22s} k={row['spokes']} test_mse={row['test_mse']:.3f} "
+              f"rounds={row['rounds']} seconds={row['seconds']:.1f}", file=out, flush=True)
+    print(f"friedman: {len(data[0]):,} records streamed, {len(data[2]):,} held out; "
+          f"{REGRESSION_LEARNER['name']} {REGRESSION_LEARNER['hyperParameters']}; "
+          f"in-process kernel", file=out, flush=True)
+    print(regression_table(rows), file=out, flush=True)
+    return rows
+
+
 def _command(args: argparse.Namespace) -> int:
     from flink_jobs.connection import KafkaConnection
 
@@ -695,6 +857,18 @@ def _command(args: argparse.Namespace) -> int:
     given = [f"--{name}" for name in SHARDING_ONLY if getattr(args, name) is not None]
     if given:
         raise ValueError(f"{', '.join(given)}: options of experiment sharding")
+    if args.which == "regression":
+        others = [f"--{name}" for name in ("dataset", "aggregation", "repeats")
+                  if getattr(args, name) is not None] + (["--quick"] if args.quick else []) + \
+            (["--kernel flink"] if args.kernel == "flink" else []) + \
+            (["--png"] if args.png else [])
+        if others or len(args.spokes or ()) > 1:
+            raise ValueError(f"{', '.join(others) or 'several --spokes'}: not options of "
+                             f"experiment regression (one --spokes, --limit, --protocol)")
+        run_regression(args.json, spokes=(args.spokes or (4,))[0],
+                       records=args.limit or REGRESSION_RECORDS,
+                       protocols=tuple(args.protocol) if args.protocol else None)
+        return 0
     run_experiment(args.json, kernel=args.kernel or "flink",
                    datasets=tuple(args.dataset or DATASETS),
                    spokes=tuple(args.spokes or (4,)), limit=args.limit, png_path=args.png,
@@ -727,7 +901,10 @@ DESCRIPTION = (
     "drifting, bursty), repeated with shuffled message timing; it prints the mean and "
     "standard deviation of the prequential accuracy and of the held-out accuracy of the "
     "final global model, the spread across spokes, the loss curve's variance and the "
-    "variance ratio random / sharding (papers/001).")
+    "variance ratio random / sharding (papers/001). 'regression' trains an MLP regressor "
+    "(MSE) on river's Friedman #1 stream with Centralized, Synchronous, Asynchronous and "
+    "EVENFLOW on the in-process kernel and prints the held-out test MSE, bytes and rounds "
+    "of each (EVENFLOW's regression setting, papers/003 §IV).")
 
 #: the options only ``experiment sharding`` takes (argparse destinations)
 SHARDING_ONLY = ("sharding", "scaling", "lag", "warmup", "refresh")
@@ -746,9 +923,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser("experiment", help="run an experiment and write its table",
                               description=DESCRIPTION)
-    p.add_argument("which", choices=("protocols", "quality", "sharding"),
+    p.add_argument("which", choices=("protocols", "quality", "sharding", "regression"),
                    help="the experiment: protocols, or quality (the same command), or "
-                        "sharding")
+                        "sharding, or regression (an MLPRegressor on river's Friedman #1, "
+                        "in process: held-out test MSE per protocol; --limit sets the "
+                        "records, 20,000 by default)")
     p.add_argument("--json", required=True, help="where the JSON rows go")
     p.add_argument("--png", default=None, help="the plot (default: the JSON path with .png)")
     p.add_argument("--kernel", choices=("flink", "local"), default=None,

@@ -7,8 +7,9 @@ short names.
 
 Learners: ``PA`` / ``PassiveAggressive`` / ``PAClassifier``, ``PARegressor``, ``SVM`` /
 ``OnlineSVM``, ``Ridge`` / ``OnlineRidge``, ``KMeans``, ``HoeffdingTree``,
-``HoeffdingAdaptiveTree``, ``MLP``, ``CNN``. Preprocessors: ``StandardScaler``,
-``MinMaxScaler``, ``FeatureSelector``, ``RunningMeanVariance``, ``PolynomialFeatures``.
+``HoeffdingAdaptiveTree``, ``MLP``, ``CNN``, ``MLPRegressor``. Preprocessors:
+``StandardScaler``, ``MinMaxScaler``, ``FeatureSelector``, ``RunningMeanVariance``,
+``PolynomialFeatures``.
 
 :func:`check_pairing` refuses a learner that cannot be averaged (``averageable = False``,
 the Hoeffding trees) with any protocol but ``Independent``.
@@ -24,7 +25,7 @@ from learning.errors import HyperparameterError, ParameterError, RequestError
 from learning.learners.base import Learner
 from learning.learners.hoeffding import HoeffdingAdaptiveTree, HoeffdingTree
 from learning.learners.kmeans import KMeans
-from learning.learners.neural import CNN, MLP
+from learning.learners.neural import CNN, MLP, MLPRegressor
 from learning.learners.pa_regressor import PARegressor
 from learning.learners.passive_aggressive import PAClassifier
 from learning.learners.ridge import OnlineRidge
@@ -55,6 +56,7 @@ LEARNERS: dict[str, type[Learner]] = {
     "HoeffdingAdaptiveTree": HoeffdingAdaptiveTree,
     "MLP": MLP,
     "CNN": CNN,
+    "MLPRegressor": MLPRegressor,
 }
 
 #: preprocessor name in a request → class

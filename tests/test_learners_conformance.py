@@ -14,7 +14,8 @@ import pytest
 from learning import Pipeline, StandardScaler
 from learning.errors import HyperparameterError, ParameterError, RequestError
 from learning.learners import (CNN, MLP, HoeffdingAdaptiveTree, HoeffdingTree, KMeans,
-                               OnlineRidge, OnlineSVM, PAClassifier, PARegressor)
+                               MLPRegressor, OnlineRidge, OnlineSVM, PAClassifier,
+                               PARegressor)
 from learning.preprocessors import (FeatureSelector, MinMaxScaler, PolynomialFeatures,
                                     RunningMeanVariance)
 from learning.registry import LEARNERS, PREPROCESSORS, check_pairing, make_learner
@@ -51,6 +52,8 @@ LEARNER_CASES = {
                               "digits", 16),
     "MLP": (lambda: MLP(hidden_layers=[16], learning_rate=0.01, seed=1), "digits", 16),
     "CNN": (lambda: CNN(image_shape=[1, 8, 8], channels=[4], hidden=8, seed=1), "digits", 16),
+    "MLPRegressor": (lambda: MLPRegressor(hidden_layers=[8], learning_rate=0.01, seed=1),
+                     "trump", 16),
 }
 
 

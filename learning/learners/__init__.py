@@ -14,6 +14,7 @@ PARegressor            regression           ``[w | b]``
 OnlineRidge            regression           statistics ``[triu(G) | h]``
 KMeans                 clustering           ``[n_j, n_j c_j]`` per cluster
 MLP, CNN               classification       ``θ − θ₀`` (torch, imported lazily)
+MLPRegressor           regression           ``θ − θ₀`` (torch, imported lazily)
 HoeffdingTree          classification       none (not averageable)
 HoeffdingAdaptiveTree  classification       none (not averageable)
 =====================  ===================  ===================================
@@ -22,12 +23,12 @@ HoeffdingAdaptiveTree  classification       none (not averageable)
 from learning.learners.base import Learner, as_labels, as_matrix, label_key
 from learning.learners.hoeffding import HoeffdingAdaptiveTree, HoeffdingTree
 from learning.learners.kmeans import KMeans
-from learning.learners.neural import CNN, MLP
+from learning.learners.neural import CNN, MLP, MLPRegressor
 from learning.learners.pa_regressor import PARegressor
 from learning.learners.passive_aggressive import PAClassifier
 from learning.learners.ridge import OnlineRidge
 from learning.learners.svm import OnlineSVM
 
 __all__ = ["Learner", "PAClassifier", "PARegressor", "OnlineSVM", "OnlineRidge", "KMeans",
-           "HoeffdingTree", "HoeffdingAdaptiveTree", "MLP", "CNN", "as_labels", "as_matrix",
-           "label_key"]
+           "HoeffdingTree", "HoeffdingAdaptiveTree", "MLP", "CNN", "MLPRegressor", "as_labels",
+           "as_matrix", "label_key"]

@@ -1,4 +1,5 @@
-"""Neural-network classifiers in PyTorch: a multi-layer perceptron and a small CNN.
+"""Neural networks in PyTorch: multi-layer perceptron and small CNN classifiers, and a
+multi-layer perceptron regressor.
 
 torch is imported inside the functions and methods that need it, never at module level, so
 that importing :mod:`learning.registry` (every spoke and hub does) does not pay for it.
@@ -12,7 +13,8 @@ document recognition. Proc. IEEE 86(11):2278–2324.
 Kingma, D. P., Ba, J. (2015) Adam: a method for stochastic optimization. ICLR 2015.
 
 papers/002_9b954bd89ad87406.txt §3.3.3 ("Neural networks", DeepLearning4J in OMLDM) and
-§4 (a CNN trained online with Adam and L2 regularization).
+§4 (a CNN trained online with Adam and L2 regularization); papers/003_026f5d1641a0ab17.txt
+§IV (EVENFLOW's regression setting: an MLP regressor trained with MSE).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from learning.learners.base import (Learner, as_labels, as_matrix, as_test_matri
                                     widen_proba)
 from learning.learners.labels import LabelIndex
 from learning.learners.linear import check_n_features
+from learning.learners.regressor import Regressor
 
-__all__ = ["MLP", "CNN"]
+__all__ = ["MLP", "CNN", "MLPRegressor"]
 
 _ACTIVATIONS = ("relu", "tanh", "sigmoid")
 _OPTIMIZERS = ("sgd", "adam")
@@ -86,7 +89,114 @@ def _softmax(logits: Any) -> np.ndarray:
     return torch.softmax(logits.double(), dim=1).cpu().numpy()
 
 
-class _TorchClassifier(Learner):
+def _seeded_init(module: Any, seed: int) -> None:
+    """Draw every weight and bias of ``module`` from ``U(-1/√fan_in, 1/√fan_in)`` (torch's
+    default bounds) with a numpy generator seeded with ``seed``, in module order: the same
+    initial weights on every node and every device."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for sub in module.modules():
+            w = getattr(sub, "weight", None)
+            if w is None:
+                continue
+            fan_in = int(np.prod(w.shape[1:]))
+            bound = 1.0 / math.sqrt(fan_in)
+            w.copy_(torch.from_numpy(rng.uniform(-bound, bound, tuple(w.shape))))
+            if getattr(sub, "bias", None) is not None:
+                sub.bias.copy_(torch.from_numpy(rng.uniform(-bound, bound,
+                                                            tuple(sub.bias.shape))))
+
+
+def _optimizer_json(opt: Any) -> list:
+    """The optimizer's state per parameter tensor, JSON-safe: ``[[index, {key: value or
+    {"shape", "data"}}], ...]``."""
+    state = opt.state_dict()["state"]
+    return [[int(i), {k: ({"shape": list(v.shape), "data": v.detach().cpu().double()
+                           .reshape(-1).tolist()} if hasattr(v, "shape") else v)
+                      for k, v in s.items() if v is not None}]
+            for i, s in sorted(state.items())]
+
+
+def _load_optimizer(opt: Any, entries: list) -> None:
+    """Load what :func:`_optimizer_json` wrote into ``opt`` (its parameter groups kept).
+
+    Raises
+    ------
+    learning.errors.ParameterError
+        ``optimizer``, for state that does not fit.
+    """
+    import torch
+
+    try:
+        state = {}
+        for i, s in entries:
+            state[int(i)] = {k: (torch.tensor(v["data"], dtype=torch.float32)
+                                 .reshape(v["shape"]) if isinstance(v, dict) else v)
+                             for k, v in s.items()}
+        groups = opt.state_dict()["param_groups"]
+        opt.load_state_dict({"state": state, "param_groups": groups})
+    except (TypeError, ValueError, KeyError, RuntimeError) as e:
+        raise ParameterError("optimizer", f"optimizer: {e}") from None
+
+
+class _TorchTraining:
+    """The optimizer side every network here shares: SGD or Adam over ``self._params()``
+    at the :meth:`effective_step_size`, the hyperparameters that may change while training
+    (``_MUTABLE``) and the step-size scaling hook. Mixed into a :class:`Learner`."""
+
+    #: hyperparameters that may change while the network trains
+    _MUTABLE: ClassVar[tuple[str, ...]] = ("learning_rate", "weight_decay", "momentum",
+                                           "loss_function")
+
+    def _make_optimizer(self) -> Any:
+        import torch
+
+        params = self._params()
+        if self.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.effective_step_size(),
+                                    weight_decay=self.weight_decay)
+        return torch.optim.SGD(params, lr=self.effective_step_size(), momentum=self.momentum,
+                               weight_decay=self.weight_decay)
+
+    def update_hyperparameters(self, **kw: Any) -> None:
+        """Change the hyperparameters named in ``_MUTABLE`` (``learning_rate``,
+        ``weight_decay``, ``momentum``; the classifiers' ``loss_function`` too) while training;
+        nothing changes if any value is rejected.
+
+        Raises
+        ------
+        learning.errors.HyperparameterError
+            For another hyperparameter whose value would change (the architecture, the
+            optimizer, the seed and the device are fixed), or a rejected value.
+        """
+        current = self.hyperparameters()
+        for name, value in kw.items():
+            if name not in self._MUTABLE and name in current and value != current[name]:
+                raise HyperparameterError(name, f"{name} cannot change while the network "
+                                          f"trains; mutable: {', '.join(self._MUTABLE)}")
+        super().update_hyperparameters(**kw)
+
+    def step_size(self) -> str:
+        """``"learning_rate"``, the optimizer's α (papers/001 §II-C eq. 4 divides it by the
+        number of spokes under ``trainingConfiguration.scaling`` ``learning-rate``)."""
+        return "learning_rate"
+
+    def _on_step_scale(self) -> None:
+        self._on_hyperparameters()
+
+    def _on_hyperparameters(self) -> None:
+        if self._opt is None:
+            return
+        for group in self._opt.param_groups:
+            group["lr"] = self.effective_step_size()
+            group["weight_decay"] = self.weight_decay
+            if "momentum" in group:
+                group["momentum"] = self.momentum
+
+
+class _TorchClassifier(_TorchTraining, Learner):
     """What :class:`MLP` and :class:`CNN` share.
 
     The network is a *body* (built by the subclass once ``n_features`` is known) followed
@@ -111,10 +221,6 @@ class _TorchClassifier(Learner):
 
     needs_own_interpreter = True  # PyTorch deadlocks in PyFlink thread mode (see Learner)
     has_proba = True
-
-    #: hyperparameters that may change while the network trains
-    _MUTABLE: ClassVar[tuple[str, ...]] = ("learning_rate", "weight_decay", "momentum",
-                                           "loss_function")
 
     def __init__(self, activation: str, optimizer: str, learning_rate: float,
                  loss_function: str, weight_decay: float, momentum: float, seed: int,
@@ -161,18 +267,7 @@ class _TorchClassifier(Learner):
 
         device = _device(self.device)
         body, width = self._make_body(d)
-        rng = np.random.default_rng(self.seed)
-        with torch.no_grad():
-            for module in body.modules():
-                w = getattr(module, "weight", None)
-                if w is None:
-                    continue
-                fan_in = int(np.prod(w.shape[1:]))
-                bound = 1.0 / math.sqrt(fan_in)
-                w.copy_(torch.from_numpy(rng.uniform(-bound, bound, tuple(w.shape))))
-                if getattr(module, "bias", None) is not None:
-                    module.bias.copy_(torch.from_numpy(rng.uniform(-bound, bound,
-                                                                   tuple(module.bias.shape))))
+        _seeded_init(body, self.seed)
         self.n_features = d
         self._width = width
         self._body = body.to(device)
@@ -188,50 +283,6 @@ class _TorchClassifier(Learner):
 
     def _body_size(self) -> int:
         return sum(p.numel() for p in self._body.parameters())
-
-    def _make_optimizer(self) -> Any:
-        import torch
-
-        params = self._params()
-        if self.optimizer == "adam":
-            return torch.optim.Adam(params, lr=self.effective_step_size(),
-                                    weight_decay=self.weight_decay)
-        return torch.optim.SGD(params, lr=self.effective_step_size(), momentum=self.momentum,
-                               weight_decay=self.weight_decay)
-
-    def update_hyperparameters(self, **kw: Any) -> None:
-        """Change ``learning_rate``, ``weight_decay``, ``momentum`` or ``loss_function`` while
-        training; nothing changes if any value is rejected.
-
-        Raises
-        ------
-        learning.errors.HyperparameterError
-            For another hyperparameter whose value would change (the architecture, the
-            optimizer, the seed and the device are fixed), or a rejected value.
-        """
-        current = self.hyperparameters()
-        for name, value in kw.items():
-            if name not in self._MUTABLE and name in current and value != current[name]:
-                raise HyperparameterError(name, f"{name} cannot change while the network "
-                                          f"trains; mutable: {', '.join(self._MUTABLE)}")
-        super().update_hyperparameters(**kw)
-
-    def step_size(self) -> str:
-        """``"learning_rate"``, the optimizer's α (papers/001 §II-C eq. 4 divides it by the
-        number of spokes under ``trainingConfiguration.scaling`` ``learning-rate``)."""
-        return "learning_rate"
-
-    def _on_step_scale(self) -> None:
-        self._on_hyperparameters()
-
-    def _on_hyperparameters(self) -> None:
-        if self._opt is None:
-            return
-        for group in self._opt.param_groups:
-            group["lr"] = self.effective_step_size()
-            group["weight_decay"] = self.weight_decay
-            if "momentum" in group:
-                group["momentum"] = self.momentum
 
     def _add_labels(self, labels: list) -> None:
         """Zero head rows (and optimizer moments) for new labels, at canonical places."""
@@ -545,12 +596,7 @@ class _TorchClassifier(Learner):
         if self._body is None:
             return out
         out["params"] = self._vector().tolist()
-        state = self._opt.state_dict()["state"]
-        out["optimizer"] = [
-            [int(i), {k: ({"shape": list(v.shape), "data": v.detach().cpu().double()
-                           .reshape(-1).tolist()} if hasattr(v, "shape") else v)
-                      for k, v in s.items() if v is not None}]
-            for i, s in sorted(state.items())]
+        out["optimizer"] = _optimizer_json(self._opt)
         return out
 
     def _load_parameters(self, parameters: dict) -> None:
@@ -563,8 +609,6 @@ class _TorchClassifier(Learner):
         """
         if not parameters:  # nothing to load: do not even import torch (see Learner)
             return
-        import torch
-
         known = {"classes", "n_features", "params", "optimizer"}
         unknown = set(parameters) - known
         if unknown:
@@ -594,17 +638,7 @@ class _TorchClassifier(Learner):
                 raise ParameterError("params", f"params must be {self._theta0.size} finite "
                                      f"numbers, got shape {theta.shape}")
             self.set_params(theta - self._theta0)
-        entries = parameters.get("optimizer") or []
-        try:
-            state = {}
-            for i, s in entries:
-                state[int(i)] = {k: (torch.tensor(v["data"], dtype=torch.float32)
-                                     .reshape(v["shape"]) if isinstance(v, dict) else v)
-                                 for k, v in s.items()}
-            groups = self._opt.state_dict()["param_groups"]
-            self._opt.load_state_dict({"state": state, "param_groups": groups})
-        except (TypeError, ValueError, KeyError, RuntimeError) as e:
-            raise ParameterError("optimizer", f"optimizer: {e}") from None
+        _load_optimizer(self._opt, parameters.get("optimizer") or [])
 
 
 class MLP(_TorchClassifier):
@@ -788,3 +822,375 @@ class CNN(_TorchClassifier):
             layers += [nn.Linear(width, self.hidden), _activation(self.activation)]
             width = self.hidden
         return nn.Sequential(*layers), width
+
+
+class MLPRegressor(_TorchTraining, Regressor):
+    """Multi-layer perceptron regressor (PyTorch): one linear output, trained online on the
+    mean squared error by SGD or Adam.
+
+    ``z_0 = x``, ``z_l = act(A_l z_{l-1} + c_l)`` for each hidden layer, then ``ŷ = a · z_L
+    + c`` (one output unit). Each mini-batch ``(X: (n, n_features) float64, y: (n,) finite
+    reals)`` is **one optimizer step** on ``mean_i (y_i − ŷ_i)²`` (``torch.nn.MSELoss``)
+    plus torch's ``weight_decay`` penalty, so the mini-batch size is the SGD batch size.
+    Predictions are Python floats (``0.0`` before the network is built, i.e. before the
+    first record).
+
+    This is the model of EVENFLOW's experiments (papers/003_026f5d1641a0ab17.txt §IV:
+    "The problem is modeled as a regression task, where each network outputs a single
+    continuous value … The loss function used is Mean Squared Error (MSE)"; they report the
+    test MSE).
+
+    **Evaluation** follows the other regressors (:class:`learning.learners.regressor.Regressor`):
+    :meth:`loss` and the ``loss_sum`` of :meth:`test_then_train` are the **sum of absolute
+    errors** (so the Query answer's ``meanLoss`` is the prequential MAE, comparable with
+    ``PARegressor`` and ``OnlineRidge``), :meth:`score` is the negative MAE; the quality
+    metrics (``metrics.cumulative.mae`` / ``rmse`` / ``r2``) come from the predictions.
+    :meth:`mse` gives the mean squared error the network trains on. :meth:`test_then_train`
+    predicts the whole batch with the network before the step (from the forward pass it
+    trains on when the records predicted are those learned).
+
+    **Targets are used as they are**: there is no target scaling or centring (a running
+    mean of ``y`` would be per-node state that parameter averaging does not see). The
+    output bias starts near 0, so for targets far from 0 or of large spread, scale them
+    upstream or raise ``learning_rate``; features are best standardized by a
+    ``StandardScaler`` preprocessor.
+
+    **The flat vector** is the displacement from the seeded initialization, ``θ − θ₀``
+    (``torch.nn.utils.parameters_to_vector`` order: each layer's weight then bias, input
+    side first, the output unit last), float64; every node builds the same ``θ₀`` from
+    ``seed``, so averaging displacements is averaging weights, and a fresh model is the
+    zero vector. Its layout is ``{"n_features", "size"}`` and cannot grow: vectors of
+    another width or architecture are refused. Weights are float32 on ``device``.
+
+    Parameters
+    ----------
+    hidden_layers : list of int
+        Widths of the hidden layers, input side first; ``[]`` is linear least squares.
+    activation : {"relu", "tanh", "sigmoid"}
+    optimizer : {"sgd", "adam"}
+    learning_rate : float, > 0
+        The optimizer's α, the :meth:`step_size` (divided by the number of spokes under
+        ``trainingConfiguration.scaling`` ``learning-rate``, papers/001 §II-C eq. 4).
+    weight_decay : float, >= 0
+    momentum : float in [0, 1)
+        SGD momentum (unused by Adam).
+    seed : int
+        Seeds the initial weights (identical on every node).
+    device : {"cpu", "cuda", "auto"}
+
+    Only ``learning_rate``, ``weight_decay`` and ``momentum`` can change while training.
+    PyTorch needs its own interpreter (``needs_own_interpreter``): in a Flink job it runs
+    in process mode, as :class:`MLP` does.
+
+    Examples
+    --------
+    river's Friedman #1 stream (10 features uniform in [0, 1], ``y = 10 sin(π x_0 x_1) +
+    20 (x_2 − ½)² + 10 x_3 + 5 x_4 + N(0, 1)``): 8,000 records in mini-batches of 16, then
+    the MSE on the 2,000 records that follow, against their variance (the MSE of
+    predicting their mean):
+
+    >>> import itertools
+    >>> from river.datasets import synth
+    >>> data = list(itertools.islice(synth.Friedman(seed=42), 10_000))
+    >>> X = np.array([list(x.values()) for x, _ in data])
+    >>> y = [t for _, t in data]
+    >>> model = MLPRegressor(hidden_layers=[32, 16], learning_rate=0.01)
+    >>> for i in range(0, 8_000, 16):
+    ...     model.fit(X[i:i + 16], y[i:i + 16])
+    >>> print(f"test MSE {model.mse(X[8_000:], y[8_000:]):.2f}, variance {np.var(y[8_000:]):.2f}")
+    test MSE 6.59, variance 24.01
+
+    References
+    ----------
+    Rumelhart, D. E., Hinton, G. E., Williams, R. J. (1986) Learning representations by
+    back-propagating errors. Nature 323:533–536.
+    Kingma, D. P., Ba, J. (2015) Adam: a method for stochastic optimization. ICLR 2015.
+    Friedman, J. H. (1991) Multivariate adaptive regression splines. Ann. Statist. 19(1):1–67.
+    """
+
+    needs_own_interpreter = True  # PyTorch deadlocks in PyFlink thread mode (see Learner)
+    has_proba = False
+    _MUTABLE: ClassVar[tuple[str, ...]] = ("learning_rate", "weight_decay", "momentum")
+
+    HYPERPARAMETERS = (
+        Hyperparameter("hidden_layers", INT_LIST, [64], "widths of the hidden layers, input "
+                       "side first ([]: linear least squares)", interval="[1, inf)"),
+        *(h for h in _torch_hyperparameters(learning_rate=0.005) if h.name != "loss_function"),
+    )
+
+    def __init__(self, hidden_layers: list[int] | None = None, activation: str = "relu",
+                 optimizer: str = "adam", learning_rate: float = 0.005,
+                 weight_decay: float = 0.0, momentum: float = 0.0, seed: int = 0,
+                 device: str = "cpu"):
+        self.hidden_layers = [64] if hidden_layers is None else hidden_layers
+        self.activation = activation
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.momentum = momentum
+        self.seed = seed
+        self.device = device
+        check_stored(self)
+        if self.device == "cuda":
+            _device("cuda")  # refuse at once where there is no GPU
+        self._reset()
+
+    def _reset(self) -> None:
+        self.n_features: int | None = None
+        self._net = None
+        self._opt = None
+        self._theta0: np.ndarray | None = None
+
+    # --- construction -------------------------------------------------------------------
+
+    def _build(self, d: int) -> None:
+        """The network for ``d`` features, seeded (:func:`_seeded_init`), and its optimizer."""
+        import torch.nn as nn
+
+        layers: list = []
+        width = d
+        for h in self.hidden_layers:
+            layers += [nn.Linear(width, h), _activation(self.activation)]
+            width = h
+        layers.append(nn.Linear(width, 1))
+        net = nn.Sequential(*layers)
+        _seeded_init(net, self.seed)
+        self._net = net.to(_device(self.device))
+        self.n_features = d
+        self._opt = self._make_optimizer()
+        self._theta0 = self._vector()
+
+    def _params(self) -> list:
+        return list(self._net.parameters())
+
+    def _size(self) -> int:
+        return 0 if self._net is None else self._theta0.size
+
+    # --- learning -----------------------------------------------------------------------
+
+    def _checked(self, X: Any, y: Sequence) -> tuple[np.ndarray, np.ndarray]:
+        X, t = self._check_targets(X, y, self.n_features)
+        if self._net is None and X.shape[0]:
+            self._build(X.shape[1])
+        return X, t
+
+    def _tensor(self, X: np.ndarray) -> Any:
+        import torch
+
+        return torch.as_tensor(X, dtype=torch.float32, device=self._theta_device())
+
+    def _theta_device(self) -> Any:
+        return next(self._net.parameters()).device
+
+    def _forward(self, X: np.ndarray) -> Any:
+        return self._net(self._tensor(X)).reshape(-1)
+
+    def _step(self, X: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """One optimizer step on the batch's MSE; the predictions before it, float64."""
+        import torch
+
+        out = self._forward(X)
+        target = torch.as_tensor(t, dtype=torch.float32, device=out.device)
+        loss = torch.nn.functional.mse_loss(out, target)
+        self._opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self._opt.step()
+        return out.detach().cpu().double().numpy()
+
+    def fit(self, X: np.ndarray, y: Sequence) -> None:
+        """One optimizer step on the mean squared error of the mini-batch.
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+        y : sequence of n_records finite real targets
+
+        Raises
+        ------
+        ValueError
+            If the shapes disagree with each other or with the model, or a target is not
+            a finite real number.
+        """
+        X, t = self._checked(X, y)
+        if t.size:
+            self._step(X, t)
+
+    def test_then_train(self, X: np.ndarray, y: Sequence,
+                        X_test: np.ndarray | None = None) -> tuple[list, float]:
+        """Predict the batch with the network before it, then take one step on it.
+
+        Parameters
+        ----------
+        X : (n_records, n_features) float64
+            Records as learned.
+        y : sequence of n_records finite real targets
+        X_test : (n_records, n_features) float64 or None
+            Records as predicted (None: ``X``).
+
+        Returns
+        -------
+        predictions : list of n_records floats
+        loss_sum : float
+            Sum of the absolute errors of those predictions (the prequential MAE times
+            ``n_records``; the step itself minimizes the squared error).
+        """
+        X, t = self._checked(X, y)
+        X_test = as_test_matrix(X_test, X)
+        if not t.size:
+            return [], 0.0
+        tested = None if X_test is None else self._predict_array(X_test)
+        before = self._step(X, t)
+        predictions = before if tested is None else tested
+        return predictions.tolist(), float(np.abs(t - predictions).sum())
+
+    def _predict_array(self, X: np.ndarray) -> np.ndarray:
+        import torch
+
+        if self._net is None:
+            return np.zeros(X.shape[0])
+        with torch.no_grad():
+            return self._forward(X).cpu().double().numpy()
+
+    def mse(self, X: np.ndarray, y: Sequence) -> float:
+        """Mean squared error on the batch (the model is unchanged); NaN if empty.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`loss`.
+        """
+        X, t = self._check_targets(X, y, self.n_features)
+        if not t.size:
+            return float("nan")
+        return float(np.mean((t - self._predict_array(X)) ** 2))
+
+    # --- the flat vector ----------------------------------------------------------------
+
+    def _vector(self) -> np.ndarray:
+        from torch.nn.utils import parameters_to_vector
+
+        return parameters_to_vector(self._params()).detach().cpu().double().numpy().copy()
+
+    def get_params(self) -> np.ndarray:
+        """``θ − θ₀``: 1-D float64 (see the class docstring); size 0 before the network
+        is built."""
+        if self._net is None:
+            return np.zeros(0)
+        return self._vector() - self._theta0
+
+    def set_params(self, w: np.ndarray) -> None:
+        """Set the weights to ``θ₀ + w`` (``w`` laid out as :meth:`get_params`).
+
+        Raises
+        ------
+        ValueError
+            If ``w`` is not 1-D of the size of :meth:`get_params`.
+        """
+        import torch
+        from torch.nn.utils import vector_to_parameters
+
+        w = np.asarray(w, dtype=np.float64)
+        size = self._size()
+        if w.ndim != 1 or w.size != size:
+            raise ValueError(f"expected a 1-D vector of {size} parameters, got shape {w.shape}")
+        if not size:
+            return
+        theta = torch.as_tensor(self._theta0 + w, dtype=torch.float32,
+                                device=self._theta_device())
+        with torch.no_grad():
+            vector_to_parameters(theta, self._params())
+
+    def layout(self) -> dict:
+        """``{"n_features", "size"}``: the record width (None until known) and the vector's
+        size (which the architecture fixes)."""
+        return {"n_features": self.n_features, "size": self._size()}
+
+    def grow(self, layout: dict) -> None:
+        """Build the network for ``layout``'s ``n_features`` if not built.
+
+        Raises
+        ------
+        ValueError
+            If ``layout`` describes another network (``n_features`` or ``size``).
+        """
+        d = layout.get("n_features")
+        if d is None:
+            return
+        if self._net is None:
+            self._build(check_n_features(d))
+        elif d != self.n_features:
+            raise ValueError(f"layout has n_features={d}, the model has {self.n_features}")
+        size = layout.get("size")
+        if size is not None and size != self._size():
+            raise ValueError(f"layout has size={size}, the model has {self._size()} "
+                             f"(another architecture)")
+
+    def project(self, w: np.ndarray, layout: dict) -> np.ndarray:
+        """``w`` in this layout (after :meth:`grow`); the vector of a network never built
+        (size 0) is the zero displacement.
+
+        Raises
+        ------
+        ValueError
+            If ``w``'s size does not match ``layout``.
+        """
+        self.grow(layout)
+        w = np.asarray(w, dtype=np.float64)
+        if layout.get("n_features") is None:
+            if w.ndim != 1 or w.size != 0:
+                raise ValueError(f"expected an empty vector for layout {layout}, got {w.shape}")
+            return np.zeros_like(self.get_params())
+        if w.ndim != 1 or w.size != self._size():
+            raise ValueError(f"expected a 1-D vector of {self._size()} parameters for "
+                             f"layout {layout}, got shape {w.shape}")
+        return w.copy()
+
+    # --- JSON ---------------------------------------------------------------------------
+
+    def _parameters_json(self) -> dict:
+        """``{"n_features", "params", "optimizer"}``: the weights ``θ`` (not the
+        displacement) as a list, and the optimizer's state per parameter tensor."""
+        out: dict = {"n_features": self.n_features}
+        if self._net is None:
+            return out
+        out["params"] = self._vector().tolist()
+        out["optimizer"] = _optimizer_json(self._opt)
+        return out
+
+    def _load_parameters(self, parameters: dict) -> None:
+        """Load what :meth:`_parameters_json` wrote (every key may be missing or null).
+
+        Raises
+        ------
+        learning.errors.ParameterError
+            Naming the key that is rejected.
+        """
+        if not parameters:  # nothing to load: do not even import torch (see Learner)
+            return
+        known = {"n_features", "params", "optimizer"}
+        unknown = set(parameters) - known
+        if unknown:
+            name = sorted(map(str, unknown))[0]
+            raise ParameterError(name, f"unknown parameter {name!r} for {type(self).__name__}"
+                                 f"; expected {', '.join(sorted(known))}")
+        self._reset()
+        d = parameters.get("n_features")
+        if d is None:
+            if parameters.get("params"):
+                raise ParameterError("n_features", "n_features is required with params")
+            return
+        try:
+            self._build(check_n_features(d))
+        except ValueError as e:
+            raise ParameterError("n_features", str(e)) from None
+        params = parameters.get("params")
+        if params is not None:
+            try:
+                theta = np.asarray(params, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ParameterError("params", "params must hold numbers") from None
+            if theta.shape != self._theta0.shape or not np.all(np.isfinite(theta)):
+                raise ParameterError("params", f"params must be {self._theta0.size} finite "
+                                     f"numbers, got shape {theta.shape}")
+            self.set_params(theta - self._theta0)
+        _load_optimizer(self._opt, parameters.get("optimizer") or [])

@@ -1,0 +1,184 @@
+"""The MLP regressor (learning.learners.neural.MLPRegressor): it learns Friedman #1, its
+state survives JSON and the flat vector, it passes the shared conformance checks, and it
+trains on 2 spokes of the in-process kernel under Synchronous and EVENFLOW (l2, and kl,
+the monitored function of papers/003 §IV's regression setting), reporting regression
+metrics in the Query answer."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import orjson
+import pytest
+
+from learning.errors import HyperparameterError, ParameterError, RequestError
+from learning.learners import MLPRegressor
+from learning.registry import LEARNERS, make_learner
+from tests.checks import check_learner
+
+
+@pytest.fixture(scope="module")
+def friedman():
+    from river.datasets import synth
+
+    data = list(itertools.islice(synth.Friedman(seed=7), 6000))
+    X = np.array([list(x.values()) for x, _ in data])
+    return X, [float(t) for _, t in data]
+
+
+def test_it_learns_friedman(friedman):
+    X, y = friedman
+    model = MLPRegressor(hidden_layers=[32, 16], learning_rate=0.01)
+    for i in range(0, 5000, 16):
+        model.fit(X[i:i + 16], y[i:i + 16])
+    mse = model.mse(X[5000:], y[5000:])
+    assert mse < 0.4 * np.var(y[5000:])  # variance ≈ 24: predicting the mean
+    predictions = model.predict(X[5000:5005])
+    assert all(type(p) is float for p in predictions)
+    assert model.task == "regression" and not model.has_proba and model.needs_own_interpreter
+
+
+def test_test_then_train_reports_absolute_errors(friedman):
+    X, y = friedman
+    model, twin = MLPRegressor(hidden_layers=[8]), MLPRegressor(hidden_layers=[8])
+    model.fit(X[:32], y[:32])
+    twin.fit(X[:32], y[:32])
+    before = twin.predict(X[32:48])
+    predictions, abs_errors = model.test_then_train(X[32:48], y[32:48])
+    assert predictions == pytest.approx(before)  # the network before the step
+    assert abs_errors == pytest.approx(np.abs(np.array(y[32:48]) - before).sum())
+    assert twin.loss(X[32:48], y[32:48]) == pytest.approx(abs_errors)
+    assert twin.score(X[32:48], y[32:48]) == pytest.approx(-abs_errors / 16)
+    assert model.predict(X[32:48]) != before  # one step was taken
+    with pytest.raises(ValueError, match="real"):
+        model.fit(X[:2], ["a", "b"])
+    assert MLPRegressor().predict(X[:3]) == [0.0, 0.0, 0.0]  # nothing built yet
+
+
+def test_json_round_trip_keeps_weights_and_optimizer(friedman):
+    X, y = friedman
+    model = MLPRegressor(hidden_layers=[16, 8], learning_rate=0.01, seed=3)
+    for i in range(0, 320, 16):
+        model.fit(X[i:i + 16], y[i:i + 16])
+    doc = orjson.loads(orjson.dumps(model.to_json()))
+    assert doc["name"] == "MLPRegressor" and set(doc["parameters"]) == {
+        "n_features", "params", "optimizer"}
+    copy = make_learner(doc)
+    assert copy.predict(X[:50]) == model.predict(X[:50])
+    model.fit(X[320:336], y[320:336])
+    copy.fit(X[320:336], y[320:336])  # Adam's moments came along: the same next step
+    assert copy.predict(X[:50]) == pytest.approx(model.predict(X[:50]), abs=1e-5)
+    with pytest.raises(ParameterError, match="classes"):
+        MLPRegressor.from_json({**doc, "parameters": {**doc["parameters"], "classes": [0]}})
+    with pytest.raises(ParameterError, match="params"):
+        MLPRegressor.from_json({**doc, "parameters": {**doc["parameters"], "params": [1.0]}})
+
+
+def test_flat_vector_is_the_displacement_from_the_seeded_start(friedman):
+    X, y = friedman
+    a, b = MLPRegressor(hidden_layers=[8], seed=5), MLPRegressor(hidden_layers=[8], seed=5)
+    a.grow({"n_features": 10})
+    assert a.get_params().shape == (10 * 8 + 8 + 8 + 1,) and not a.get_params().any()
+    assert a.layout() == {"n_features": 10, "size": 97}
+    a.fit(X[:64], y[:64])
+    b.set_params(b.project(a.get_params(), a.layout()))
+    assert b.predict(X[:20]) == a.predict(X[:20])
+    assert np.array_equal(b.get_params(), a.get_params())
+    halfway = MLPRegressor(hidden_layers=[8], seed=5)
+    halfway.grow(a.layout())
+    halfway.set_params(0.5 * a.get_params())  # averaging displacements averages weights
+    assert np.allclose(halfway.get_params(), 0.5 * a.get_params(), atol=1e-6)
+    with pytest.raises(ValueError, match="parameters"):
+        b.set_params(np.zeros(3))
+    with pytest.raises(ValueError, match="architecture"):
+        MLPRegressor(hidden_layers=[9]).grow(a.layout())
+    with pytest.raises(ValueError, match="n_features"):
+        b.grow({"n_features": 11})
+    assert not MLPRegressor().project(np.zeros(0), {"n_features": None, "size": 0}).size
+
+
+def test_hyperparameters_step_size_and_registry():
+    assert LEARNERS["MLPRegressor"] is MLPRegressor
+    model = MLPRegressor(hidden_layers=[4], optimizer="sgd", learning_rate=0.01)
+    model.fit(np.zeros((2, 3)), [1.0, 2.0])
+    assert model.step_size() == "learning_rate"
+    model.set_step_scale(0.25)  # papers/001 eq. 4 on 4 spokes
+    assert model._opt.param_groups[0]["lr"] == pytest.approx(0.0025)
+    model.update_hyperparameters(learning_rate=0.02)
+    assert model._opt.param_groups[0]["lr"] == pytest.approx(0.005)
+    with pytest.raises(HyperparameterError, match="hidden_layers"):
+        model.update_hyperparameters(hidden_layers=[5])
+    with pytest.raises(RequestError, match="loss_function"):  # MSE only
+        make_learner({"name": "MLPRegressor", "hyperParameters": {"loss_function": "mse"}})
+    with pytest.raises(RequestError) as e:
+        make_learner({"name": "MLPRegressor", "hyperParameters": {"learning_rate": 0}})
+    assert e.value.field == "learner.hyperParameters.learning_rate"
+
+
+def test_conformance(friedman):
+    X, y = friedman
+    check_learner(lambda: MLPRegressor(hidden_layers=[8], learning_rate=0.01, seed=2),
+                  X[:300], y[:300], 16)
+
+
+def test_thread_mode_refuses_it():
+    from operators.service import check_execution_mode
+
+    with pytest.raises(RequestError) as e:
+        check_execution_mode(MLPRegressor(), "MLPRegressor", "thread")
+    assert (e.value.code, e.value.field) == ("unsupported", "learner.name")
+    check_execution_mode(MLPRegressor(), "MLPRegressor", "process")
+
+
+@pytest.mark.parametrize("protocol,extra", [
+    ("Synchronous", {}),
+    ("EVENFLOW", {"variant": "basic", "monitoredFunction": "l2", "threshold": 0.5}),
+    ("EVENFLOW", {"variant": "fast", "monitoredFunction": "l2", "threshold": 0.5,
+                  "coefficients": 20}),
+    # papers/003 §IV's own setting: a regression network monitored with KL, T = 0.3
+    ("EVENFLOW", {"variant": "basic", "monitoredFunction": "kl", "threshold": 0.3}),
+])
+def test_two_spokes_fit_every_record_and_report_regression_metrics(friedman, protocol, extra):
+    from flink_jobs.local_run import stream_local
+
+    X, y = friedman
+    n = 1200
+    request = {"id": 1, "request": "Create", "requestId": "c", "preProcessors": [],
+               "learner": {"name": "MLPRegressor",
+                           "hyperParameters": {"hidden_layers": [16], "learning_rate": 0.01}},
+               "trainingConfiguration": {"protocol": protocol, "miniBatchSize": 16,
+                                         "miniBatches": 1, **extra}}
+    run = stream_local(request, X[:n], np.array(y[:n]), spokes=2, every=0, seed=1)
+    q = run.final
+    assert q["status"] == "ok" and q["fitted"] == n
+    metrics = q["metrics"]
+    assert metrics["task"] == "regression" and metrics["cumulative"]["records"] == n
+    mae = metrics["cumulative"]["mae"]
+    assert math.isfinite(mae) and 0 < mae < 15
+    assert q["meanLoss"] == pytest.approx(mae)  # loss_sum: the absolute errors
+    assert {"rmse", "r2"} <= set(metrics["cumulative"])
+    assert q["protocol"]["rounds"] > 0
+    hub = run.net.hubs[0].learner  # the global model predicts floats
+    assert all(type(p) is float for p in hub.predict(X[n:n + 5]))
+    if protocol == "EVENFLOW" and extra["variant"] == "fast":
+        assert all(s["lemma1Violations"] == 0 for s in q["spokes"])
+
+
+def test_the_regression_experiment_reports_test_mse(tmp_path):
+    import io
+    import json
+
+    from flink_jobs.experiment import run_regression
+
+    out = io.StringIO()
+    rows = run_regression(tmp_path / "r.json", spokes=2, records=800,
+                          protocols=("Centralized", "Synchronous", "EVENFLOW"), out=out)
+    assert [r["protocol"] for r in rows] == ["Centralized", "Synchronous", "EVENFLOW",
+                                             "EVENFLOW", "EVENFLOW"]
+    assert all(r["records"] == 640 and r["holdout_records"] == 160 for r in rows)
+    assert all(math.isfinite(r["test_mse"]) and r["prequential_mae"] > 0 for r in rows)
+    assert rows[0]["bytes_to_hubs"] == 0 and rows[1]["rounds"] > 0
+    assert json.loads((tmp_path / "r.json").read_text()) == rows
+    assert "| Synchronous | 2 |" in out.getvalue() and "test MSE" in out.getvalue()
