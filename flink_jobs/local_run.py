@@ -127,8 +127,10 @@ def stream_local(request: dict, X: np.ndarray, y: np.ndarray, *, spokes: int = 4
 
     # a Query closes a synchronous round that a spoke without records left open; the
     # records paused behind it are fitted after that Query's statistics were taken
-    final, queries = query(), 1
-    while final["fitted"] + final["predicted"] < dealt and queries < 5:
+    final, queries, before = query(), 1, -1
+    while final["fitted"] + final["predicted"] < dealt and queries < 100 \
+            and final["fitted"] + final["predicted"] > before:  # while Queries still help
+        before = final["fitted"] + final["predicted"]
         final, queries = query(), queries + 1
     seconds = time.perf_counter() - t0
     report_bytes = 0
