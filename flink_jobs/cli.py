@@ -263,6 +263,34 @@ def _request(args: argparse.Namespace) -> int:
     return 0 if answer.get("status") == "ok" else 1
 
 
+def _export(args: argparse.Namespace) -> int:
+    """``omldm export --id N``: a Query with ``export``; prints the Create request that
+    re-creates the pipeline (``omldm request create --from FILE`` sends it back)."""
+    from flink_jobs.kafka_io import JsonProducer, TopicReader
+
+    conn = KafkaConnection.from_args(args)
+    servers = _need_servers(conn)
+    req = {"id": args.id, "request": "Query", "export": True,
+           "requestId": args.request_id or f"cli-{uuid.uuid4().hex[:8]}"}
+    t = _topics(args)
+    reader = TopicReader(servers, t.responses, from_end=True, **conn.client_kwargs("consumer"))
+    try:
+        producer = JsonProducer(servers, **conn.client_kwargs("producer"))
+        producer.send(t.requests, req)
+        producer.close()
+        answer = reader.wait_for(lambda r: r.get("requestId") == req["requestId"], args.timeout)
+    except TimeoutError:
+        raise TimeoutError(f"no response to {req['requestId']!r} within {args.timeout} s") \
+            from None
+    finally:
+        reader.close()
+    if answer.get("status") != "ok" or "export" not in answer:
+        print(json.dumps(answer, indent=2), file=sys.stderr)
+        return 1
+    print(json.dumps(answer["export"], indent=2))
+    return 0
+
+
 # -- stream ---------------------------------------------------------------------------------
 def _stream(args: argparse.Namespace) -> int:
     from flink_jobs.kafka_io import JsonProducer
@@ -626,7 +654,10 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
     req.add_argument("kind", choices=("create", "update", "delete", "query"),
                      help="the request: create, update, delete or query")
     req.add_argument("--id", type=int, help="pipeline id")
-    req.add_argument("--file", help="a JSON request to start from ('-' reads stdin)")
+    req.add_argument("--file", "--from", dest="file", metavar="FILE",
+                     help="a JSON request to start from ('-' reads stdin), e.g. what omldm "
+                          "export printed: a Create that warm-starts from the exported model "
+                          "(--id gives it another pipeline id)")
     req.add_argument("--request-id", help="the requestId echoed in the response (default: "
                      "generated)")
     req.add_argument("--learner", help="learner name, e.g. PA")
@@ -650,6 +681,14 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                      "error response, 3 on a timeout")
     req.add_argument("--timeout", type=float, default=30.0,
                      help="--wait: seconds to wait for the response (exit 3 past it)")
+
+    export = command("export", "print the Create request that re-creates a pipeline from "
+                     "its global model (learner parameters, every shard; preprocessor "
+                     "statistics; version); omldm request create --from FILE sends it", _export)
+    export.add_argument("--id", type=int, required=True, help="pipeline id")
+    export.add_argument("--request-id", help="the requestId of the Query (default: generated)")
+    export.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds to wait for the answer (exit 3 past it)")
 
     stream = command("stream", "write records to training (and every N-th one, without its "
                      "label, to forecasting): a CSV / JSON Lines file or stdin, a river "

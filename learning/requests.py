@@ -149,6 +149,12 @@ class Request:
     training_configuration : dict
         For Create, with :data:`TRAINING_DEFAULTS` filled in; for Update only the keys
         given (an Update changes only what it names); empty for Delete and Query.
+    export : bool
+        Query only: also answer ``export``, a Create request that re-creates the pipeline
+        from its global model (:meth:`learning.protocols.sharding.ShardedHub.export`).
+    version : int or None
+        Create only: the global model version ``learner.parameters`` were exported at
+        (an export's ``version``); the hubs count their updates on from it.
     """
 
     id: int
@@ -157,6 +163,8 @@ class Request:
     pre_processors: list = field(default_factory=list)
     learner: dict | None = None
     training_configuration: dict = field(default_factory=dict)
+    export: bool = False
+    version: int | None = None
 
     def to_json(self) -> dict:
         """The request as a JSON-safe dict in the wire's camelCase keys (parses back)."""
@@ -169,6 +177,10 @@ class Request:
             d["learner"] = self.learner
         if self.training_configuration:
             d["trainingConfiguration"] = self.training_configuration
+        if self.export:
+            d["export"] = True
+        if self.version is not None:
+            d["version"] = self.version
         return d
 
 
@@ -311,6 +323,10 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
         raise _schema_error(error, request_id)
 
     kind = doc["request"]
+    for key, allowed in (("export", "Query"), ("version", "Create")):
+        if doc.get(key) not in (None, False) and kind != allowed:
+            raise RequestError("schema", f"{key!r} is a {allowed} option, not one of {kind}",
+                               key, request_id)
     given = doc.get("trainingConfiguration") or {}
     if "protocol" in given or kind == "Create":
         _check_protocol(given.get("protocol", TRAINING_DEFAULTS["protocol"]), protocols,
@@ -344,4 +360,5 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
 
     return Request(id=int(doc["id"]), request=kind, request_id=request_id,
                    pre_processors=pre_processors, learner=learner,
-                   training_configuration=config)
+                   training_configuration=config, export=bool(doc.get("export")),
+                   version=doc.get("version"))

@@ -51,6 +51,7 @@ class HubContext:
         self.n_hubs = n_hubs
         self.max_message_bytes = op.limits["max_message_bytes"]
         self.max_response_params = op.limits["max_response_params"]
+        self.max_request_bytes = op.limits["max_request_bytes"]  # an export must fit a Create
 
     def send(self, dst_index: int, data: bytes) -> None:
         if not 0 <= dst_index < self.n_spokes:

@@ -393,8 +393,10 @@ class SpokeKernel:
     def _query(self, req) -> None:
         self._nudge()
         node = self._node(req)
+        if req.export:
+            node.check_export()
         # a pending layout is decided first (learning.layout), so the held records count
-        node.when_layout_settled(lambda: node.on_query(req.request_id, self.service()))
+        node.when_layout_settled(lambda: node.query(req.request_id, self.service(), req.export))
 
     def _update(self, req) -> None:
         node = self._node(req)

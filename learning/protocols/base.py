@@ -442,6 +442,36 @@ class PipelineSpoke(Node):
         """Protocol hook: a mini-batch of ``n_records`` was just fitted."""
 
     # -- control -------------------------------------------------------------------------
+    #: set while :meth:`query` runs a Query that asks for ``export``
+    _exporting = False
+
+    def query(self, request_id: Any, service: dict | None = None, export: bool = False) -> None:
+        """Answer a Query (:meth:`on_query`); with ``export`` spoke 0 also gathers what
+        hub 0 needs to export the whole global model (:meth:`gather_export`)."""
+        self._exporting = export
+        try:
+            self.on_query(request_id, service)
+        finally:
+            self._exporting = False
+
+    def check_export(self) -> None:
+        """Whether a Query may ask this pipeline for ``export``.
+
+        Raises
+        ------
+        RequestError
+            ``unsupported`` (field ``export``): this protocol keeps no global model (every
+            spoke learns alone, e.g. ``Independent``; protocols with hubs override this).
+        """
+        raise RequestError("unsupported", f"protocol {self.request.training_configuration['protocol']}"
+                           f" keeps no global model to export: every spoke learns alone",
+                           "export")
+
+    def gather_export(self, done) -> None:
+        """Collect what hub 0 lacks to export the global model and call ``done(extra)``
+        (a JSON-safe dict reported with this spoke's statistics as ``export``)."""
+        done({})
+
     def on_query(self, request_id: Any, service: dict | None = None) -> None:
         """Fit what is buffered, then report this spoke's statistics (and the kernel's
         ``service`` counters) to hub 0, which answers once every spoke has reported."""
@@ -449,7 +479,14 @@ class PipelineSpoke(Node):
         self.queries += 1
         stats = self.statistics()
         stats["service"] = service or {}
-        self.peers[0].report(self.queries, request_id, stats)
+        query = self.queries
+        if self._exporting and self.ctx.index == 0:
+            def send(extra: dict) -> None:
+                stats["export"] = extra
+                self.peers[0].report(query, request_id, stats)
+            self.gather_export(send)
+            return
+        self.peers[0].report(query, request_id, stats)
 
     def update(self, request) -> None:
         """Apply an Update request (hyperparameters, mini-batching; the model is kept) and
@@ -508,7 +545,7 @@ class PipelineHub(Node):
             {**p, "hyperParameters": make_preprocessor(p, i).hyperparameters()}
             for i, p in enumerate(request.pre_processors)])
         self.learner = make_learner(request.learner)
-        self.updates = 0
+        self.updates = int(request.version or 0)  # a warm start counts on from its export
         self._reports: dict[int, dict[int, dict]] = {}
         self._task = getattr(self.learner, "task", "classification")
         self._supervised = getattr(self.learner, "supervised", True)
@@ -548,7 +585,12 @@ class PipelineHub(Node):
         got[stats["spoke"]] = stats
         if len(got) == self.n_peers:
             del self._reports[query]
-            self.ctx.emit("responses", self.query_response(request_id, [got[i] for i in sorted(got)]))
+            try:
+                answer = self.query_response(request_id, [got[i] for i in sorted(got)])
+            except RequestError as err:  # an export that cannot be answered
+                answer = {"requestId": request_id, "id": self.request.id, "request": "Query",
+                          "status": "error", "error": err.to_json()}
+            self.ctx.emit("responses", answer)
 
     def update(self, request) -> None:
         """Apply an Update request to the hub's copy of the definition and learner; a new

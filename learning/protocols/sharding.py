@@ -74,12 +74,13 @@ import time
 from typing import Any, Callable
 
 import numpy as np
+import orjson
 
 from learning.errors import RequestError
 from learning.protocols.base import PipelineHub, PipelineSpoke
 from learning.protocols.parameters import TRAINING_PARAMETERS
 from learning.registry import make_preprocessor
-from middleware import BroadcastPromise, remote
+from middleware import BroadcastPromise, Promise, remote
 
 __all__ = ["shard_bounds", "weighted_average", "fixed_layout", "ShardedSpoke", "ShardedHub",
            "AveragingHub", "REPORT_METHOD", "AGGREGATIONS", "DEFAULT_AGGREGATION",
@@ -92,7 +93,7 @@ log = logging.getLogger(__name__)
 REPORT_METHOD = "report"
 #: Calls that are not synchronization traffic: Query reports and the layout agreement
 #: (learning.layout).
-SERVICE_METHODS = frozenset((REPORT_METHOD, "vote", "settle", "agreed"))
+SERVICE_METHODS = frozenset((REPORT_METHOD, "vote", "settle", "agreed", "export_shard"))
 
 
 #: the rules of ``trainingConfiguration.aggregation`` (see the module docstring), as declared
@@ -242,6 +243,8 @@ class ShardedSpoke(PipelineSpoke):
         self._waits = 0
         self._wait_started = 0.0
         self.aggregation = aggregation_of(request.training_configuration, learner)
+        # the model every node starts from: zeros, or a warm start's learner.parameters
+        self._start = (learner.get_params(), learner.layout())
         # the preprocessors' global statistics installed last, and those sent with the
         # push in flight (None for a preprocessor without statistics)
         self._prep_base = [p.statistics() for p in self.pipeline.preprocessors]
@@ -269,8 +272,45 @@ class ShardedSpoke(PipelineSpoke):
         layout of the old one."""
         if self.hub_parallelism > 1:
             self._fixed = fixed_layout(self.pipeline.learner, self.hub_parallelism)
+        self._start = (self.pipeline.learner.get_params(), self.pipeline.learner.layout())
         self._prep_base = [p.statistics() for p in self.pipeline.preprocessors]
         self._prep_pushed = None
+
+    # -- export (a Query's ``export``) -------------------------------------------------------
+    def check_export(self) -> None:
+        """Every protocol on a sharded parameter server has a global model to export."""
+
+    def gather_export(self, done: Callable[[dict], None]) -> None:
+        """Spoke 0 of ``m > 1`` hubs: ask hubs ``1 .. m-1`` for their shards (hub 0 has its
+        own) and call ``done({"shards": [...], "layouts": [...]})`` once all answered, or
+        ``done({"error": message})`` when one failed. Nothing to gather with one hub."""
+        m = self.ctx.n_hubs
+        if m == 1:
+            done({})
+            return
+        answers: list[Any] = [None] * (m - 1)
+        state = {"left": m - 1, "error": None}
+
+        def settle() -> None:
+            state["left"] -= 1
+            if state["left"] == 0:
+                done({"error": state["error"]} if state["error"] else
+                     {"shards": [a[0] for a in answers], "layouts": [a[1] for a in answers]})
+
+        def ok(j: int):
+            def cb(value: Any) -> None:
+                answers[j - 1] = value
+                settle()
+            return cb
+
+        def failed(error) -> None:
+            state["error"] = state["error"] or str(error)
+            settle()
+
+        for j in range(1, m):
+            call = self.peers[j].export_shard()
+            call.on_error(failed)
+            call.then(ok(j))
 
     # -- preprocessor statistics -----------------------------------------------------------
     def preprocessor_delta(self) -> list | None:
@@ -332,10 +372,11 @@ class ShardedSpoke(PipelineSpoke):
         return w, layout
 
     def in_current(self, vec_layout: tuple[np.ndarray, dict] | None) -> np.ndarray:
-        """A remembered ``(vector, layout)`` in this learner's current layout (zeros for None)."""
+        """A remembered ``(vector, layout)`` in this learner's current layout (None: the
+        model the pipeline started from, zeros but after a warm start)."""
         learner = self.pipeline.learner
-        if vec_layout is None:
-            return np.zeros_like(learner.get_params())
+        if vec_layout is None:  # nothing remembered yet: the model every node started from
+            vec_layout = self._start
         vec, layout = vec_layout
         if self._fixed is not None:
             return np.asarray(vec, dtype=np.float64)
@@ -497,6 +538,8 @@ class ShardedHub(PipelineHub):
         self.preprocessors = [make_preprocessor(p, i) for i, p in enumerate(request.pre_processors)]
         # asynchronous sum rule: per spoke, the shard (and layout) it was last answered with
         self._bases: dict[int, tuple[np.ndarray, dict]] = {}
+        # the model every node starts from: zeros, or a warm start's learner.parameters
+        self._start = (self.learner.get_params(), self.learner.layout())
         self.preprocessor_merge_errors = 0
 
     def update(self, request) -> None:
@@ -509,6 +552,7 @@ class ShardedHub(PipelineHub):
         self.preprocessors = [make_preprocessor(p, i)
                               for i, p in enumerate(self.request.pre_processors)]
         self._bases.clear()
+        self._start = (self.learner.get_params(), self.learner.layout())
 
     # -- aggregation -----------------------------------------------------------------------
     def sum_of_deltas(self, vectors: list[np.ndarray], bases: list[np.ndarray]) -> np.ndarray:
@@ -520,12 +564,17 @@ class ShardedHub(PipelineHub):
         return w
 
     def base_of(self, spoke: int) -> np.ndarray:
-        """The shard spoke ``spoke`` was last answered with, in the current layout (zeros
-        before its first answer: every node starts from the same zero vector, the
-        neural learners' displacement from the seeded initialization included)."""
+        """The shard spoke ``spoke`` was last answered with, in the current layout; before
+        its first answer the shard every node started from (zeros: the neural learners'
+        displacement from the seeded initialization included; a warm start's
+        ``learner.parameters``)."""
         got = self._bases.get(spoke)
         if got is None:
-            return np.zeros_like(self.shard())
+            w0, layout0 = self._start
+            if self.sharded:
+                lo, hi = self.bounds()
+                return np.array(w0[lo:hi], dtype=np.float64)
+            got = (w0, layout0)
         return self.align([got])[0]
 
     def remember_base(self, spoke: int, v: np.ndarray) -> None:
@@ -641,7 +690,61 @@ class ShardedHub(PipelineHub):
             "waitMs": sum(p.get("waitMs", 0.0) for p in protos),
             "spokeRounds": [p.get("rounds", 0) for p in protos],
         })
+        if spokes[0].get("export") is not None:
+            out["export"] = self.export(spokes[0]["export"])
         return out
+
+    # -- export (a Query's ``export``) -------------------------------------------------------
+    @remote()
+    def export_shard(self) -> list | Promise:
+        """``[shard, layout]``: this hub's shard of the global model, for spoke 0 gathering
+        an export (:meth:`ShardedSpoke.gather_export`)."""
+        return [self.shard(), self.learner.layout()]
+
+    def export(self, extra: dict) -> dict:
+        """The Create request that re-creates this pipeline (hub 0): ``learner`` with the
+        whole global model as ``parameters`` (this hub's shard and, with ``m > 1``, the
+        other hubs' from ``extra``, as gathered by spoke 0), ``preProcessors`` with the
+        global statistics as ``parameters``, ``trainingConfiguration`` and ``version``
+        (this hub's ``updates``). Never truncated: ``max_response_params`` does not apply.
+
+        Raises
+        ------
+        RequestError
+            ``export_failed`` (field ``export``) when a hub's shard could not be had;
+            ``too_large`` (field ``export``) when the Create request would exceed the
+            service's ``max_request_bytes``: it could not be sent back.
+        """
+        learner = self.learner
+        if self.sharded:
+            if "error" in extra or len(extra.get("shards", ())) != self.ctx.n_hubs - 1:
+                raise RequestError("export_failed", f"the other hubs' shards could not be "
+                                   f"gathered: {extra.get('error', 'none came')}", "export")
+            w = learner.get_params()
+            bounds = shard_bounds(w.size, self.ctx.n_hubs)
+            for (lo, hi), v, layout in zip(bounds[1:], extra["shards"], extra["layouts"]):
+                v = np.asarray(v, dtype=np.float64)
+                if v.size != hi - lo or layout != learner.layout():
+                    raise RequestError("export_failed", f"a hub answered {v.size} parameters "
+                                       f"of layout {layout}; expected {hi - lo} of "
+                                       f"{learner.layout()}", "export")
+                w[lo:hi] = v
+            learner = type(learner).from_json(learner.to_json())
+            learner.set_params(w)
+        body = {"id": self.request.id, "request": "Create", "version": self.updates,
+                "learner": {**learner.to_json(), "name": self.request.learner["name"]},
+                "preProcessors": [{**spec, "parameters": p.to_json()["parameters"]}
+                                  for spec, p in zip(self.request.pre_processors,
+                                                     self.preprocessors)],
+                "trainingConfiguration": self.request.training_configuration}
+        limit = getattr(self.ctx, "max_request_bytes", None)
+        if limit is not None:
+            size = len(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY))
+            if size > limit:
+                raise RequestError("too_large", f"the export is a Create request of {size} "
+                                   f"bytes; the service accepts requests of at most {limit} "
+                                   f"(JobConfig.max_request_bytes)", "export")
+        return body
 
     def model_summary(self, limit: int) -> dict:
         """As :meth:`PipelineHub.model_summary`, with ``preProcessors``: the global
@@ -681,6 +784,17 @@ class AveragingHub(ShardedHub):
         super().__init__(request)
         self._round: BroadcastPromise | None = None
         self._pushed: dict[int, tuple[Any, dict, int]] = {}
+        self._exports: list[Promise] = []  # export_shard calls waiting for the open round
+
+    @remote()
+    def export_shard(self) -> list | Promise:
+        """As :meth:`ShardedHub.export_shard`, answered once the open round (if any) has
+        ended: every hub's shard then comes from the same round."""
+        if self._round is None:
+            return [self.shard(), self.learner.layout()]
+        p = Promise()
+        self._exports.append(p)
+        return p
 
     @remote
     def push(self, shard: np.ndarray, layout: dict, records: int, spoke: int,
@@ -724,6 +838,9 @@ class AveragingHub(ShardedHub):
             self._round, self._pushed = None, {}
             self.on_round_end(w)
             p.fulfil(self.answer(w))
+            waiting, self._exports = self._exports, []
+            for e in waiting:
+                e.fulfil([self.shard(), self.learner.layout()])
         return p
 
     def on_round_end(self, w: np.ndarray) -> None:
