@@ -237,28 +237,43 @@ def build_request(args: argparse.Namespace) -> dict:
     return req
 
 
-def _request(args: argparse.Namespace) -> int:
+def _send(args: argparse.Namespace, req: dict, wait: bool) -> dict | None:
+    """Write ``req`` to the requests topic; with ``wait``, its response (read from the
+    responses topic's end, opened before the write).
+
+    Raises
+    ------
+    TimeoutError
+        No response within ``args.timeout`` seconds (exit status 3).
+    """
     from flink_jobs.kafka_io import JsonProducer, TopicReader
 
     conn = KafkaConnection.from_args(args)
     servers = _need_servers(conn)
-    req = build_request(args)
     t = _topics(args)
     reader = (TopicReader(servers, t.responses, from_end=True, **conn.client_kwargs("consumer"))
-              if args.wait else None)
-    producer = JsonProducer(servers, **conn.client_kwargs("producer"))
-    producer.send(t.requests, req)
-    producer.close()
-    if reader is None:
-        print(json.dumps({"sent": req}, indent=2))
-        return 0
+              if wait else None)
     try:
-        answer = reader.wait_for(lambda r: r.get("requestId") == req["requestId"], args.timeout)
+        producer = JsonProducer(servers, **conn.client_kwargs("producer"))
+        producer.send(t.requests, req)
+        producer.close()
+        if reader is None:
+            return None
+        return reader.wait_for(lambda r: r.get("requestId") == req["requestId"], args.timeout)
     except TimeoutError:
         raise TimeoutError(f"no response to {req['requestId']!r} within {args.timeout} s") \
             from None
     finally:
-        reader.close()
+        if reader is not None:
+            reader.close()
+
+
+def _request(args: argparse.Namespace) -> int:
+    req = build_request(args)
+    answer = _send(args, req, args.wait)
+    if answer is None:
+        print(json.dumps({"sent": req}, indent=2))
+        return 0
     print(json.dumps(answer, indent=2))
     return 0 if answer.get("status") == "ok" else 1
 
@@ -266,24 +281,9 @@ def _request(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     """``omldm export --id N``: a Query with ``export``; prints the Create request that
     re-creates the pipeline (``omldm request create --from FILE`` sends it back)."""
-    from flink_jobs.kafka_io import JsonProducer, TopicReader
-
-    conn = KafkaConnection.from_args(args)
-    servers = _need_servers(conn)
     req = {"id": args.id, "request": "Query", "export": True,
            "requestId": args.request_id or f"cli-{uuid.uuid4().hex[:8]}"}
-    t = _topics(args)
-    reader = TopicReader(servers, t.responses, from_end=True, **conn.client_kwargs("consumer"))
-    try:
-        producer = JsonProducer(servers, **conn.client_kwargs("producer"))
-        producer.send(t.requests, req)
-        producer.close()
-        answer = reader.wait_for(lambda r: r.get("requestId") == req["requestId"], args.timeout)
-    except TimeoutError:
-        raise TimeoutError(f"no response to {req['requestId']!r} within {args.timeout} s") \
-            from None
-    finally:
-        reader.close()
+    answer = _send(args, req, wait=True)
     if answer.get("status") != "ok" or "export" not in answer:
         print(json.dumps(answer, indent=2), file=sys.stderr)
         return 1
