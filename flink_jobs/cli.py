@@ -43,7 +43,8 @@ from typing import Any
 
 import orjson
 
-from flink_jobs.config import JobConfig, Topics, add_sharding_arguments, sharding_settings
+from flink_jobs.config import (JobConfig, Topics, add_sharding_arguments, add_weights_arguments,
+                               sharding_settings, weights_settings)
 from flink_jobs.config_file import apply_to_parser, job_settings, read_config_argument
 from flink_jobs.connection import KafkaConnection
 
@@ -125,6 +126,7 @@ def _serve(args: argparse.Namespace) -> int:
                        max_batch_delay_ms=args.max_batch_delay_ms,
                        prediction_scores=args.prediction_scores, **sharding_settings(args),
                        **job_settings(getattr(args, "config_settings", {}), args))
+    cfg = dataclasses.replace(cfg, **weights_settings(args, cfg.topics))
     session = Session(cfg, "omldm-serve")
     try:
         session.start()
@@ -289,6 +291,90 @@ def _export(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(answer["export"], indent=2))
     return 0
+
+
+# -- predict (an external predictor on the weights topic) ------------------------------------
+def _predict(args: argparse.Namespace) -> int:
+    """``omldm predict --pipeline N``: follow the weights topic (:mod:`flink_jobs.follower`)
+    and predict records read from stdin (or ``--input FILE``, or ``--from-topic T``) with
+    the latest global model; predictions go to stdout (or ``--output-topic``) one JSON
+    object per line, records that cannot be predicted to stderr with the reason (and to
+    the output topic as ``{"id", "pipeline", "error"}`` objects). Exit 3 when no model
+    comes within ``--wait`` seconds."""
+    from flink_jobs.follower import ModelFollower, predict_records
+    from flink_jobs.kafka_io import JsonProducer, TopicReader
+
+    conn = KafkaConnection.from_args(args)
+    servers = _need_servers(conn)
+    weights_topic = args.weights_topic or _topics(args).weights
+    follower = ModelFollower(servers, weights_topic, **conn.client_kwargs("consumer"))
+    producer = JsonProducer(servers, **conn.client_kwargs("producer")) if args.output_topic else None
+    source = None
+    counts = {"predicted": 0, "failed": 0}
+    try:
+        follower.wait_for(args.pipeline, timeout=args.wait)
+
+        def emit(batch: list) -> None:
+            follower.poll(0)
+            model = follower.model(args.pipeline)
+            if model is None:  # deleted meanwhile: a tombstone on the weights topic
+                raise RuntimeError(f"pipeline {args.pipeline} was deleted (weights tombstone)")
+            for out in predict_records(model, batch, args.scores):
+                if "error" in out:
+                    counts["failed"] += 1
+                    print(json.dumps(out), file=sys.stderr, flush=True)
+                else:
+                    counts["predicted"] += 1
+                if producer is not None:
+                    producer.send(args.output_topic, out)
+                elif "error" not in out:
+                    print(json.dumps(out), flush=True)
+
+        if args.from_topic:
+            source = TopicReader(servers, args.from_topic, json=False,
+                                 from_end=not args.from_beginning, **conn.client_kwargs("consumer"))
+            deadline = time.monotonic() + args.timeout if args.timeout else None
+            while deadline is None or time.monotonic() < deadline:
+                values = source.poll(200)
+                batch = []
+                for v in values:
+                    batch.extend(_records_of(v, counts))
+                if batch:
+                    emit(batch)
+                if args.n is not None and counts["predicted"] + counts["failed"] >= args.n:
+                    break
+        else:
+            stream = sys.stdin if args.input in (None, "-") else open(args.input, encoding="utf-8")
+            with stream:
+                for line in stream:
+                    if line.strip():
+                        emit(_records_of(line.encode(), counts))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        follower.close()
+        if source is not None:
+            source.close()
+        if producer is not None:
+            producer.close()
+    print(f"omldm predict: {counts['predicted']} predicted, {counts['failed']} refused, model "
+          f"version {follower.version(args.pipeline)}", file=sys.stderr)
+    return 0
+
+
+def _records_of(value: bytes, counts: dict) -> list:
+    """The records of one input line or Kafka value: a JSON object, or a JSON array of
+    them (``--records-per-message``); a value that is not JSON is counted as refused and
+    reported on stderr."""
+    try:
+        got = json.loads(value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        counts["failed"] += 1
+        print(json.dumps({"id": None, "error": f"not JSON: {exc}"}), file=sys.stderr, flush=True)
+        return []
+    if isinstance(got, list) and got and all(isinstance(r, dict) for r in got):
+        return got
+    return [got]
 
 
 # -- stream ---------------------------------------------------------------------------------
@@ -645,6 +731,7 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
     exactly_once(serve)
     batching(serve)
     sharding(serve)
+    add_weights_arguments(serve)
     serve.add_argument("--config", metavar="FILE",
                        help="a YAML or TOML file of job settings, every JobConfig field "
                             "(deploy/omldm.example.yaml); flags given here win over it")
@@ -724,6 +811,29 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                         help="id of the first row when ids are row numbers (default 0)")
     stream.add_argument("--no-progress", action="store_true",
                         help="no progress bar on stderr (default: shown)")
+
+    predict = command("predict", "predict records with the latest global model of a pipeline, "
+                      "read from the weights topic: an external predictor (papers/003 Fig. 1)",
+                      _predict)
+    predict.add_argument("--pipeline", type=int, required=True, help="the pipeline id")
+    predict.add_argument("--input", metavar="FILE", default=None,
+                         help="JSON lines of records {\"id\", \"features\"} (default '-': stdin)")
+    predict.add_argument("--from-topic", metavar="TOPIC", default=None,
+                         help="read the records from this topic instead (e.g. forecasting)")
+    predict.add_argument("--from-beginning", action="store_true",
+                         help="--from-topic: start at its first record (default: its end)")
+    predict.add_argument("--output-topic", metavar="TOPIC", default=None,
+                         help="write the predictions to this topic (default: stdout)")
+    predict.add_argument("--weights-topic", metavar="NAME", default=None,
+                         help="the weights topic (default: weights, with the topic prefix)")
+    predict.add_argument("--scores", action="store_true",
+                         help="add classes and probabilities where the learner has them")
+    predict.add_argument("--wait", type=float, default=60.0,
+                         help="seconds to wait for the pipeline's first model (exit 3 past it)")
+    predict.add_argument("--timeout", type=float, default=None,
+                         help="--from-topic: stop after this many seconds (default: never)")
+    predict.add_argument("-n", type=int, default=None,
+                         help="--from-topic: stop after N records")
 
     topics = command("topics", "list the job's topics (--topic-prefix applied) with their "
                      "record counts, from offsets (approximate on the embedded local broker, "

@@ -4,12 +4,13 @@ check that names the setting, the value and what is allowed."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from flink_jobs.connection import KafkaConnection
 from operators.sharding import SHARDINGS
 
-__all__ = ["Topics", "JobConfig", "add_sharding_arguments", "sharding_settings"]
+__all__ = ["Topics", "JobConfig", "add_sharding_arguments", "sharding_settings",
+           "add_weights_arguments", "weights_settings"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class Topics:
     predictions: str = "predictions"
     responses: str = "responses"
     dead_letters: str = "deadLetters"
+    weights: str = "weights"
 
     def all(self) -> list[str]:
         return [getattr(self, f.name) for f in fields(self)]
@@ -112,6 +114,15 @@ class JobConfig:
         probabilities it was made with) where the pipeline's learner has them (MLP, CNN,
         the Hoeffding trees); off by default (a second pass through the learner per
         forecasting record).
+    publish_weights : bool
+        Hubs publish every pipeline's global model to the weights topic
+        (``topics.weights``; :mod:`operators.weights`, papers/003 Fig. 1), where
+        :class:`flink_jobs.follower.ModelFollower` and ``omldm predict`` read it.
+    weights_every_ms : int
+        Milliseconds between two publications of one pipeline's model (per hub); 0: after
+        every synchronization. A change held back is published once the interval has
+        passed, so the last model of a stream is always published. Default 1,000: a
+        4,000-parameter model costs ~32 KB per second per pipeline.
     checkpoint_interval_ms : int
         Checkpoint interval (milliseconds, exactly-once barriers); 0 disables
         checkpointing. On by default (10 s); :func:`flink_jobs.session.local_config`
@@ -167,6 +178,8 @@ class JobConfig:
     max_model_params: int = 10_000_000
     max_response_params: int = 10_000
     prediction_scores: bool = False
+    publish_weights: bool = True
+    weights_every_ms: int = 1000
     checkpoint_interval_ms: int = 10_000
     checkpoint_dir: str = ""
     exactly_once_outputs: bool = False
@@ -190,7 +203,8 @@ class JobConfig:
                 "max_model_params": self.max_model_params,
                 "max_message_bytes": self.max_message_bytes,
                 "max_response_params": self.max_response_params,
-                "prediction_scores": self.prediction_scores}
+                "prediction_scores": self.prediction_scores,
+                "weights_every_ms": self.weights_every_ms if self.publish_weights else None}
 
     def __post_init__(self) -> None:
         for name in ("spokes", "hubs", "bundle_size", "max_request_bytes", "max_pipelines",
@@ -201,7 +215,7 @@ class JobConfig:
         if self.max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
         for name in ("buffer_timeout_ms", "fetch_max_wait_ms", "bundle_time_ms",
-                     "checkpoint_interval_ms", "max_batch_delay_ms"):
+                     "checkpoint_interval_ms", "max_batch_delay_ms", "weights_every_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("sharding_clusters", "sharding_refresh"):
@@ -245,3 +259,27 @@ def sharding_settings(args: argparse.Namespace) -> dict:
     """The :class:`JobConfig` fields that :func:`add_sharding_arguments`' options set."""
     return {"sharding": args.sharding, "sharding_warmup": args.sharding_warmup,
             "sharding_clusters": args.sharding_clusters, "sharding_refresh": args.sharding_refresh}
+
+
+def add_weights_arguments(p: argparse.ArgumentParser) -> None:
+    """``--weights-topic``, ``--weights-every-ms`` and ``--publish-weights`` /
+    ``--no-publish-weights`` (:attr:`JobConfig.publish_weights`), for ``omldm serve`` and
+    ``flink_run.py``."""
+    p.add_argument("--weights-topic", metavar="NAME", default=None,
+                   help="the topic hubs publish every pipeline's global model to "
+                        "(default: weights, with the topic prefix)")
+    p.add_argument("--weights-every-ms", type=int, default=JobConfig.weights_every_ms,
+                   help="milliseconds between two publications of a pipeline's model "
+                        f"(default {JobConfig.weights_every_ms}; 0: after every synchronization)")
+    p.add_argument("--publish-weights", action=argparse.BooleanOptionalAction,
+                   default=JobConfig.publish_weights,
+                   help="publish the global models to the weights topic (default on)")
+
+
+def weights_settings(args: argparse.Namespace, topics: Topics) -> dict:
+    """The :class:`JobConfig` fields :func:`add_weights_arguments`' options set, with
+    ``topics`` (the names in force) given the ``--weights-topic`` name."""
+    out = {"publish_weights": args.publish_weights, "weights_every_ms": args.weights_every_ms}
+    if args.weights_topic:
+        out["topics"] = replace(topics, weights=args.weights_topic)
+    return out

@@ -25,7 +25,8 @@ import sys
 if __package__ in (None, ""):  # run as a script by flink run: make the packages importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from flink_jobs.config import JobConfig, Topics, add_sharding_arguments, sharding_settings  # noqa: E402
+from flink_jobs.config import (JobConfig, Topics, add_sharding_arguments, add_weights_arguments,  # noqa: E402
+                               sharding_settings, weights_settings)
 from flink_jobs.config_file import apply_to_parser, job_settings, read_config_argument  # noqa: E402
 from flink_jobs.connection import KafkaConnection  # noqa: E402
 
@@ -66,6 +67,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch-records", type=int, default=JobConfig.max_batch_records,
                    help=f"records per batch at most (default {JobConfig.max_batch_records})")
     add_sharding_arguments(p)
+    add_weights_arguments(p)
     p.add_argument("--prediction-scores", action="store_true",
                    help="each prediction also carries the class probabilities it was made "
                         "with, where the learner has them (MLP, CNN, Hoeffding trees)")
@@ -93,6 +95,7 @@ def config_from_args(args: argparse.Namespace, file_settings: dict | None = None
     prefix = args.topic_prefix or ""
     extra = {"topics": Topics(**{f: prefix + v for f, v in Topics().__dict__.items()}),
              **job_settings(file_settings or {}, args)}
+    extra.update(weights_settings(args, extra["topics"]))
     return JobConfig(bootstrap_servers=conn.bootstrap_servers, spokes=args.spokes, hubs=args.hubs,
                      execution_mode=args.mode, checkpoint_interval_ms=args.checkpoint_interval_ms,
                      checkpoint_dir=args.checkpoint_dir,

@@ -5,7 +5,7 @@
     requests ─ Kafka source ─ one copy per spoke key ─┐              │              │ side: to hubs, responses,
     psMessages ─ Kafka source ─ destination's key ────┴─ key by spoke┘              │       dead letters
                                                                                     └ key_by hub id ─ hubs (KeyedProcess)
-    hubs ─ psMessages (the feedback loop, read back above); hubs ─ responses
+    hubs ─ psMessages (the feedback loop, read back above); hubs ─ responses; hubs ─ weights
 
 Records cross from the JVM into Python once, at the spokes: SQL tags each record with the
 topic it came from (the Kafka connector's ``topic`` metadata column) and picks its spoke's
@@ -308,6 +308,7 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
     to_hubs_tag = OutputTag("to-hubs", Types.TUPLE([Types.INT(), Types.PRIMITIVE_ARRAY(Types.BYTE())]))
     responses_tag = OutputTag("responses", Types.STRING())
     dead_tag = OutputTag("dead-letters", Types.STRING())
+    weights_tag = OutputTag("weights", Types.PRIMITIVE_ARRAY(Types.BYTE())) if cfg.publish_weights else None
     keys = hub_keys(cfg.hubs)
 
     spokes = (data.connect(messages)
@@ -318,8 +319,8 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
               .name("spokes").uid("spokes").set_parallelism(cfg.spokes))
     hubs = (spokes.get_side_output(to_hubs_tag)
             .key_by(lambda m: m[0], key_type=Types.INT())
-            .process(HubFunction(cfg.spokes, keys, responses_tag, cfg.limits(), cfg.protocol_modules,
-                                 cfg.persist_state, cfg.metrics),
+            .process(HubFunction(cfg.spokes, keys, responses_tag, weights_tag, cfg.limits(),
+                                 cfg.protocol_modules, cfg.persist_state, cfg.metrics),
                      output_type=bytes_type)
             .name("hubs").uid("hubs").set_parallelism(cfg.hubs))
 
@@ -337,3 +338,6 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
      .sink_to(output(t.responses)).name("responses").uid("responses-sink"))
     spokes.get_side_output(dead_tag).sink_to(
         output(t.dead_letters)).name("deadLetters").uid("deadLetters-sink")
+    if weights_tag is not None:  # the weights topic (operators.weights), at-least-once
+        (hubs.get_side_output(weights_tag).sink_to(_kafka_sink(cfg, t.weights, ByteArraySchema()))
+         .name("weights").uid("weights-sink").set_parallelism(cfg.hubs))

@@ -1,7 +1,9 @@
 """The hub operator: a ``KeyedProcessFunction`` keyed by hub id (one hub per subtask; see
 :mod:`operators.routing`). It hosts one hub node per pipeline; hub→spoke envelopes, in
 incarnation frames (:mod:`operators.feedback`), go to the main output (the ``psMessages``
-Kafka topic, read back by the spokes), responses to a side output.
+Kafka topic, read back by the spokes), responses and weights records (the weights topic,
+:mod:`operators.weights`) to side outputs. A weights publication held back by its rate
+limit is published by a processing-time timer.
 
 Everything a hub holds (its pipelines' hub nodes with the global model shards, protocol
 state, middleware sequence numbers and pending promises, the lifecycle bookkeeping) is one
@@ -40,6 +42,9 @@ class HubFunction(KeyedProcessFunction):
     hub_keys : list[int]
         ``hub_keys[j]`` is the Flink key of hub j.
     responses_tag : OutputTag
+    weights_tag : OutputTag or None
+        Where weights records go (bytes); None: nowhere (``limits["weights_every_ms"]``
+        None).
     limits : dict
         As for :class:`HubKernel`.
     protocol_modules : tuple[str, ...]
@@ -50,12 +55,13 @@ class HubFunction(KeyedProcessFunction):
         Register the Flink metrics of :mod:`operators.metrics`.
     """
 
-    def __init__(self, n_spokes: int, hub_keys: list[int], responses_tag,
+    def __init__(self, n_spokes: int, hub_keys: list[int], responses_tag, weights_tag=None,
                  limits: dict | None = None, protocol_modules: tuple[str, ...] = (),
                  persist: bool = True, metrics: bool = True) -> None:
         self.n_spokes = n_spokes
         self.hub_keys = hub_keys
         self.responses_tag = responses_tag
+        self.weights_tag = weights_tag
         self.limits = limits
         self.protocol_modules = protocol_modules
         self.persist = persist
@@ -70,6 +76,7 @@ class HubFunction(KeyedProcessFunction):
             ValueStateDescriptor("hub", Types.PICKLED_BYTE_ARRAY()))
         self.kernels: dict[int, HubKernel] = {}
         self.snapshots: dict[int, Snapshot] = {}
+        self.timer_at: dict[int, int] = {}  # hub key -> when its weights timer fires (ms)
 
     def _kernel(self, key: int) -> HubKernel:
         kernel = self.kernels.get(key)
@@ -92,11 +99,34 @@ class HubFunction(KeyedProcessFunction):
         key = value[0]
         kernel = self._kernel(key)
         kernel.on_message(bytes(value[1]))
+        yield from self._after(key, kernel, ctx)
+
+    def on_timer(self, timestamp: int, ctx):
+        """A held-back weights publication is due."""
+        key = ctx.get_current_key()
+        kernel = self._kernel(key)
+        kernel.flush_weights()
+        yield from self._after(key, kernel, ctx)
+
+    def _after(self, key: int, kernel: HubKernel, ctx):
         if self.persist:
             self.state.update(self.snapshots[key])
         if self.metrics is not None:
             self.metrics.refresh(kernel)
+        due = kernel.weights_due_in()
+        if due is not None:
+            timers = ctx.timer_service()
+            now = timers.current_processing_time()
+            if self.timer_at.get(key, 0) <= now:  # no timer of ours is waiting
+                self.timer_at[key] = now + int(due * 1000) + 1
+                timers.register_processing_time_timer(self.timer_at[key])
         if kernel.out:
             out, kernel.out = kernel.out, []
             for stream, v in out:
-                yield v if stream is None else (self.responses_tag, v)
+                if stream is None:
+                    yield v
+                elif stream == "weights":
+                    if self.weights_tag is not None:
+                        yield self.weights_tag, v
+                else:
+                    yield self.responses_tag, v

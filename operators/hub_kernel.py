@@ -26,6 +26,7 @@ from middleware.codec import Wire
 from middleware.errors import CodecError
 from operators.feedback import ResendWindow, new_incarnation
 from operators.service import error_response, limits_of
+from operators.weights import Publisher
 
 __all__ = ["HubKernel", "HubContext"]
 
@@ -82,7 +83,9 @@ class HubKernel:
         The hub operator's subtask hosting this kernel (reported in Query).
 
     Outputs accumulate in :attr:`out` as ``(stream, value)``: ``None`` (hub→spoke frame
-    bytes, to ``psMessages``) or ``"responses"`` (JSON).
+    bytes, to ``psMessages``), ``"responses"`` (JSON) or ``"weights"`` (weights records,
+    bytes: :mod:`operators.weights`, published when ``limits["weights_every_ms"]`` is
+    not None).
 
     Attributes
     ----------
@@ -116,6 +119,8 @@ class HubKernel:
         self.prev_incarnation = 0
         self.bases: dict[tuple[int, int], int] = {}
         self.window = ResendWindow()  # frames sent and not yet acknowledged
+        # the weights topic (operators.weights): when each pipeline's shard is published
+        self.publisher = Publisher(self.limits["weights_every_ms"], self.limits["max_message_bytes"])
 
     @property
     def unacked(self) -> dict:
@@ -174,7 +179,29 @@ class HubKernel:
     def service(self) -> dict:
         """This hub's service counters (also Flink metrics)."""
         return {"badMessages": self.dropped, "handlerErrors": self.handler_errors,
-                "restores": self.restores, "framesResent": self.window.resent}
+                "restores": self.restores, "framesResent": self.window.resent,
+                "weightsRecords": self._publisher().records}
+
+    # -- the weights topic (operators.weights) -------------------------------------------------
+    def _publisher(self) -> Publisher:
+        got = getattr(self, "publisher", None)
+        if got is None:  # a kernel restored from a snapshot taken before the weights topic
+            got = self.publisher = Publisher(self.limits.get("weights_every_ms"),
+                                             self.limits["max_message_bytes"])
+        return got
+
+    def _weights_out(self, record: bytes) -> None:
+        self.out.append(("weights", record))
+
+    def weights_due_in(self) -> float | None:
+        """Seconds until a held-back weights publication is due (0: now); None: none is
+        held back. The host calls :meth:`flush_weights` then (the job: a timer)."""
+        return self._publisher().due_in(self.clock())
+
+    def flush_weights(self, force: bool = False) -> None:
+        """Publish the held-back weights whose interval has passed (every one with
+        ``force``: the in-process kernel when its transport is idle)."""
+        self._publisher().flush(self.nodes, self.clock(), self._weights_out, force)
 
     def emit(self, value: dict) -> None:
         self.out.append(("responses", orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()))
@@ -217,6 +244,7 @@ class HubKernel:
             if self.reraise:
                 raise
             return
+        self._publisher().changed(network, node, self.clock(), self._weights_out)
         self._log_progress(network, node)
 
     def _log_progress(self, network: int, node) -> None:
@@ -284,6 +312,7 @@ class HubKernel:
                 elif op == "delete":
                     self.nodes.pop(pid, None)
                     self.window.forget(pid)
+                    self._publisher().deleted(pid, hub, self._weights_out)
             except RequestError as err:  # the spokes accepted it: should not happen
                 log.error("hub %d: %s of pipeline %d failed: %s", hub, op, pid, err)
                 del self.copies[key]

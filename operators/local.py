@@ -88,6 +88,9 @@ class _Sink(list):
         elif stream is None:  # a hub's frame for psMessages
             net._put(SPOKE, codec.frame_destination(value), value)
             return
+        elif stream == "weights":  # weights records stay bytes (operators.weights)
+            net.outputs["weights"].append(value)
+            return
         net.outputs["predictions" if stream is None else stream].append(orjson.loads(value))
 
 
@@ -130,7 +133,8 @@ class LocalNetwork:
         The kernels (:class:`SpokeKernel`, :class:`HubKernel`).
     outputs : collections.defaultdict[str, list]
         What the kernels sent out, decoded from JSON, per stream: ``"predictions"``,
-        ``"responses"``, ``"deadLetters"``.
+        ``"responses"``, ``"deadLetters"``; and ``"weights"``: the weights records (bytes,
+        :mod:`operators.weights`) when ``limits["weights_every_ms"]`` is set.
     sharder : operators.sharding.Sharder
         The sharding of :meth:`stream` (its ``stats()`` count what it dealt).
     delivered : int
@@ -276,6 +280,9 @@ class LocalNetwork:
                 self.spoke_kernels[index].on_message(data)
             else:
                 self.hub_kernels[index].on_message(data)
+            if self._head >= len(self._queue):  # idle: what the job's timers would publish
+                for kernel in self.hub_kernels:
+                    kernel.flush_weights(force=True)
         return steps
 
     def _take(self) -> tuple[int, int, bytes, bool]:

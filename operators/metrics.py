@@ -43,7 +43,8 @@ The Grafana dashboard (:mod:`deploy.grafana`) does not chart these two.
 a meter ``fittedPerSecond`` per pipeline on spokes (records fitted per second, Flink's
 ``MeterView`` over 60 s), and, without the pipeline group, the kernel's service counters (``requestsAccepted``,
 ``requestsRejected``, ``badMessages``, ``handlerErrors``, ``recordsWithoutPipeline``,
-``restores``, ``dataRecords``, ``dataBatches``: their ratio is the mean batch size).
+``restores``, ``dataRecords``, ``dataBatches``: their ratio is the mean batch size; on
+hubs ``weightsRecords``, records written to the weights topic).
 
 All are Flink *counters* holding the current value (Flink's Prometheus reporter exports
 counters as gauges). They are refreshed from the kernel at most once per
@@ -99,7 +100,8 @@ HUB_METRICS: dict[str, Callable[[Any], int]] = {
     "feedbackRoundTripMs": lambda n: round(n.feedback_round_trip_ms),
 }
 SERVICE_METRICS = ("requestsAccepted", "requestsRejected", "badMessages", "handlerErrors",
-                   "recordsWithoutPipeline", "restores", "dataRecords", "dataBatches")
+                   "recordsWithoutPipeline", "restores", "dataRecords", "dataBatches",
+                   "weightsRecords")
 
 
 class OperatorMetrics:

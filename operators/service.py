@@ -22,11 +22,14 @@ __all__ = ["DEFAULT_LIMITS", "limits_of", "check_sizes", "check_execution_mode",
 #: above it, e.g. a 10⁹-wide model: ``too_large``), ``max_message_bytes`` (bytes; larger
 #: envelopes are fragmented, since psMessages crosses Kafka, whose default message limit
 #: is 1 MB), ``max_response_params`` (larger models are summarized in a Query).
-#: One setting rides along that is not a limit: ``prediction_scores`` (bool), whether each
-#: prediction also carries the class probabilities where the learner has them.
+#: Two settings ride along that are not limits: ``prediction_scores`` (bool), whether each
+#: prediction also carries the class probabilities where the learner has them, and
+#: ``weights_every_ms`` (int milliseconds, or None: off), how often hubs publish each
+#: pipeline's global model to the weights topic (:mod:`operators.weights`).
 DEFAULT_LIMITS = {"max_request_bytes": 1_000_000, "max_pipelines": 64,
                   "max_model_params": 10_000_000, "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
-                  "max_response_params": 10_000, "prediction_scores": False}
+                  "max_response_params": 10_000, "prediction_scores": False,
+                  "weights_every_ms": None}
 
 
 def limits_of(limits: dict | None) -> dict:

@@ -746,6 +746,32 @@ class ShardedHub(PipelineHub):
                                    f"(JobConfig.max_request_bytes)", "export")
         return body
 
+    # -- the weights topic (operators.weights) ----------------------------------------------
+    def weights(self) -> dict:
+        """This hub's weights record (papers/003 Fig. 1's Weights Topic): its shard of the
+        global model at version ``updates``, with what a follower needs to rebuild the
+        pipeline; the field table is in :mod:`operators.weights`.
+
+        Returns
+        -------
+        dict
+            JSON-like, with ``shard`` a ``(stop − start,)`` float64 array and, on hub 0,
+            ``statistics`` holding arrays.
+        """
+        lo, hi = self.bounds()
+        out = {"pipeline": self.request.id, "version": self.updates, "hub": self.ctx.index,
+               "hubs": self.ctx.n_hubs, "start": lo, "stop": hi,
+               "size": int(self.learner.get_params().size), "layout": self.learner.layout(),
+               "shard": np.array(self.shard(), dtype=np.float64),
+               "learner": self.request.learner,
+               "trainingConfiguration": self.request.training_configuration,
+               "timeMs": int(time.time() * 1000)}
+        if self.ctx.index == 0:
+            out["preProcessors"] = [{"name": p["name"], "hyperParameters": p.get("hyperParameters")}
+                                    for p in self.request.pre_processors]
+            out["statistics"] = [p.statistics() for p in self.preprocessors]
+        return out
+
     def model_summary(self, limit: int) -> dict:
         """As :meth:`PipelineHub.model_summary`, with ``preProcessors``: the global
         preprocessor statistics (JSON lists; null for one without statistics)."""
