@@ -75,6 +75,11 @@ def test_a_follower_predicts_as_the_job_and_follows_new_versions(broker, tmp_pat
             assert [p["prediction"] for p in lines] == ours
             assert {p["modelVersion"] for p in lines} == {model.version}
             assert "not JSON" in out.err and "1 refused" in out.err
+            # ... and from a topic: the job's forecasting records, as the job reads them
+            assert main(["predict", "--pipeline", "0", "--from-topic", cfg.topics.forecasting,
+                         "--from-beginning", "-n", str(n_fore), "--timeout", "30", *conn]) == 0
+            from_topic = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+            assert sorted(p["id"] for p in from_topic) == sorted(held)
 
             # more records: a new version reaches the follower within the interval
             held2, n_train2, n_fore2 = s.stream(X[:400], y[:400], first_id=2000)
