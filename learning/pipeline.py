@@ -93,17 +93,20 @@ class Pipeline:
         """
         return self.learner.predict_proba(self._transform(X))
 
-    def fit(self, X: np.ndarray, y: Sequence) -> None:
+    def fit(self, X: np.ndarray, y: Sequence, *, learn_preprocessors: bool = True) -> None:
         """Learn a mini-batch: each preprocessor learns and transforms, then the learner fits.
 
         Parameters
         ----------
         X : (n_records, n_features) float64
         y : sequence of n_records labels
+        learn_preprocessors : bool
+            False: the preprocessors only transform, as they are (records they learned
+            already: another epoch over a window, papers/003 §II.A); the learner fits.
         """
         X = as_matrix(X)
         for p in self.preprocessors:
-            X = p.learn_transform(X)
+            X = p.learn_transform(X) if learn_preprocessors else p.transform(X)
         self.learner.fit(X, y)
 
     def test_then_train(self, X: np.ndarray, y: Sequence, *, with_proba: bool = False

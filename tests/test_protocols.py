@@ -524,13 +524,16 @@ def test_evenflow_keeps_f_of_the_average_below_t_until_someone_asks(variant, fun
     assert 2 <= net.hubs[0].rounds < len(X) // (k * 4) // 5
 
 
-def test_fast_evenflow_radius_error_stays_within_lemma_1():
+def test_fast_evenflow_radius_and_centre_errors_stay_within_lemma_1_and_corollary_1():
     X, y = regression(3000, seed=14)
     net = network(create("EVENFLOW", batch=4, threshold=0.2, variant="fast", coefficients=2), 3, 1)
     stream(net, X, y, every=1)
     stats = [s.protocol_statistics() for s in net.spokes]
     assert all(st["lemma1Checks"] > 100 and st["lemma1Violations"] == 0 for st in stats)
     assert 0 < max(st["lemma1MaxRatio"] for st in stats) <= 1
+    # Corollary 1 (the centre) holds too, and is never looser than Lemma 1 (the radius)
+    assert all(st["corollary1Checks"] == st["lemma1Checks"] and st["corollary1Violations"] == 0
+               and st["lemma1MaxRatio"] <= st["corollary1MaxRatio"] <= 1 for st in stats)
 
 
 def test_lemma_1_on_random_and_aligned_updates():

@@ -7,7 +7,7 @@ the environment through a special control API").
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -111,6 +111,16 @@ def needs_reset(learner, layout: Layout) -> bool:
     return False
 
 
+class _Batch:
+    """A mini-batch of a window: ``X`` (n_records, n_features) float64, ``y`` its labels,
+    ``failed`` once the learner refused it (no later pass then)."""
+
+    __slots__ = ("X", "y", "failed")
+
+    def __init__(self, X: np.ndarray, y: list) -> None:
+        self.X, self.y, self.failed = X, y, False
+
+
 class PipelineSpoke(Node):
     """One pipeline on one spoke: preprocess → predict, or buffer into mini-batches → fit.
 
@@ -125,6 +135,18 @@ class PipelineSpoke(Node):
         ``learning-rate`` or ``both`` (papers/001_00243469e12aa123.txt §II-C, eq. 3 and 4;
         :mod:`learning.scaling`).
 
+    Training (papers/003_026f5d1641a0ab17.txt §II.A, "The notion of epoch in a streaming
+    setting"; §IV: a window of 256 tuples in 4 batches, 8 epochs): the spoke collects
+    ``window`` records (W; 0: one mini-batch), then trains on them ``epochs`` times (E) in
+    mini-batches of its ``mini_batch_size``, in stream order. The first pass is
+    test-then-train (:meth:`learning.pipeline.Pipeline.test_then_train`): each record is
+    predicted once, before any training on it, and counted in ``fitted`` and the quality
+    metrics then; the later passes only fit (the preprocessors transform without learning
+    again). The protocol hook :meth:`on_batch_fitted` runs after every fitted mini-batch,
+    of every pass; while a synchronization pauses the stream (``ctx.pauses``) the rest of
+    the window waits, and goes on as soon as the stream resumes, before the records that
+    came meanwhile.
+
     Statistics (records): ``fitted``, ``predicted`` (forecasting records answered),
     ``rejected``, ``correct`` (prequential hits), ``loss_sum`` (sum of per-record losses),
     ``quality``: the prequential predictions' confusion counts or error moments, cumulative
@@ -136,6 +158,8 @@ class PipelineSpoke(Node):
     #: class defaults, so that a spoke restored from a snapshot taken before the field
     #: existed reports no quality metrics instead of failing
     quality: QualityState | None = None
+    window, epochs = 0, 1
+    _work: deque | None = None
 
     def __init__(self, request) -> None:
         super().__init__()
@@ -158,6 +182,11 @@ class PipelineSpoke(Node):
         self.rejected_by: Counter = Counter()  # reason code -> records refused
         self._X: list[list[float]] = []
         self._y: list[Any] = []
+        self.window = TRAINING_PARAMETERS["window"].of(cfg)   # W, records
+        self.epochs = TRAINING_PARAMETERS["epochs"].of(cfg)   # E
+        self._fill_at = self.window or self.mini_batch_size   # records that make a window
+        # the window's mini-batches still to fit, in order: (batch, first pass?)
+        self._work: deque[tuple[_Batch, bool]] = deque()
         self.fitted = self.predicted = self.rejected = self.correct = self.batches = 0
         self.fit_errors = 0
         self.last_error: str | None = None
@@ -183,7 +212,8 @@ class PipelineSpoke(Node):
         ``max(1, round(miniBatchSize / n))`` records under ``batch`` / ``both`` (eq. 3),
         and the learner steps at ``1 / n`` of its declared step size under
         ``learning-rate`` / ``both`` (eq. 4); its declared hyperparameters stay as given.
-        The rolling quality metrics keep ``ceil(metricsWindow / n)`` records on this spoke.
+        The rolling quality metrics keep ``ceil(metricsWindow / n)`` records on this spoke;
+        ``window`` and ``epochs`` are read again.
 
         Raises
         ------
@@ -197,6 +227,9 @@ class PipelineSpoke(Node):
         self.scaling = TRAINING_PARAMETERS["scaling"].of(cfg)
         self.mini_batch_size = spoke_mini_batch_size(int(cfg["miniBatchSize"]), self.scaling, n)
         self.mini_batches = int(cfg["miniBatches"])
+        self.window = TRAINING_PARAMETERS["window"].of(cfg)
+        self.epochs = TRAINING_PARAMETERS["epochs"].of(cfg)
+        self._fill_at = self.window or self.mini_batch_size
         scale_learner(self.pipeline.learner, self.scaling, n)
         if self.quality is not None:
             self.quality.resize(-(-TRAINING_PARAMETERS["metricsWindow"].of(cfg) // n))
@@ -223,19 +256,23 @@ class PipelineSpoke(Node):
         except RecordRejected as exc:
             self.refuse(rec, exc)
             return
+        if self._work:  # a window paused by a synchronization goes on first
+            self._train()
         if train:  # _take, inlined on the hot path
             self._X.append(features)
             self._y.append(label)
-            if len(self._X) >= self.mini_batch_size:
+            if len(self._X) >= self._fill_at:
                 self.flush()
         else:
             self._take(False, rec)
 
     def _take(self, train: bool, rec: dict) -> None:
+        if self._work:
+            self._train()
         if train:
             self._X.append(rec["features"])
             self._y.append(rec.get("label"))
-            if len(self._X) >= self.mini_batch_size:
+            if len(self._X) >= self._fill_at:
                 self.flush()
             return
         try:  # scores first: a record they refuse is not counted as predicted
@@ -411,13 +448,52 @@ class PipelineSpoke(Node):
         return prediction
 
     def flush(self) -> None:
-        """Fit the buffered (possibly partial) mini-batch, test-then-train."""
-        if not self._X:
+        """Train on the buffered (possibly partial) window: its mini-batches of
+        ``mini_batch_size`` records, test-then-train, then ``epochs − 1`` more passes that
+        only fit; what a synchronization paused before is fitted first. Stops while the
+        stream is paused (``ctx.pauses``): the rest goes on once it resumes."""
+        if self._X:
+            # every buffered record passed inspect_record and the layout: one width, numbers
+            X = np.asarray(self._X, dtype=np.float64)
+            y = self._y
+            self._X, self._y = [], []
+            b = self.mini_batch_size
+            batches = [_Batch(X[lo:lo + b], y[lo:lo + b]) for lo in range(0, len(X), b)]
+            if self._work is None:  # a spoke restored from a snapshot taken before windows
+                self._work = deque()
+            self._work.extend((batch, True) for batch in batches)
+            for _ in range(self.epochs - 1):
+                self._work.extend((batch, False) for batch in batches)
+        self._train()
+
+    def _train(self) -> None:
+        """Fit the pending mini-batches in order until none is left or the stream pauses."""
+        work = self._work
+        while work and not self.ctx.pauses:
+            batch, first = work.popleft()
+            if first:
+                self._test_then_train(batch)
+            elif not batch.failed:
+                self._refit(batch)
+        if work:  # paused midway: go on first thing once the stream resumes, before any
+            # record that came meanwhile (the host runs a callable in the backlog)
+            self.ctx.backlog.appendleft((None, self._train))
+
+    def _refit(self, batch: "_Batch") -> None:
+        """Another pass over a mini-batch: fit only, nothing counted but the hook's
+        mini-batch (``on_batch_fitted(0)``: no record is new)."""
+        try:
+            self.pipeline.fit(batch.X, batch.y, learn_preprocessors=False)
+        except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
+            batch.failed = True  # its records were counted at the first pass
+            self.fit_errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
             return
-        # every buffered record passed inspect_record and the layout: one width, numbers
-        X = np.asarray(self._X, dtype=np.float64)
-        y = self._y
-        self._X, self._y = [], []
+        self.on_batch_fitted(0)
+
+    def _test_then_train(self, batch: "_Batch") -> None:
+        """The first pass over a mini-batch: each record predicted, then learned."""
+        X, y = batch.X, batch.y
         try:
             predictions, n_correct, loss, proba = self.pipeline.test_then_train(
                 X, y, with_proba=True)
@@ -428,6 +504,7 @@ class PipelineSpoke(Node):
             self.rejected_by["fit_failed"] += len(X)
             self.fit_errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
+            batch.failed = True  # no later pass over records that were refused
             return
         self.fitted += len(X)
         if self.quality is not None:
@@ -439,7 +516,8 @@ class PipelineSpoke(Node):
         self.on_batch_fitted(len(X))
 
     def on_batch_fitted(self, n_records: int) -> None:
-        """Protocol hook: a mini-batch of ``n_records`` was just fitted."""
+        """Protocol hook: a mini-batch was just fitted; ``n_records``: its records fitted
+        for the first time (all of them in a window's first pass, 0 in the later epochs)."""
 
     # -- control -------------------------------------------------------------------------
     #: set while :meth:`query` runs a Query that asks for ``export``
@@ -506,6 +584,7 @@ class PipelineSpoke(Node):
             self.request = with_layout(self.request, layout)
             if needs_reset(self.pipeline.learner, layout):
                 self._X, self._y = [], []
+                self._work = deque()
                 self.pipeline = _build_pipeline(self.request)
                 self.on_relayout()
         self.configure()  # mini-batching and scaling, for the new pipeline too

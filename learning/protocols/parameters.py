@@ -3,7 +3,8 @@ manner of Flink ML's ``pyflink.ml.param``: each one is declared once, as a :clas
 with its name, type, default, allowed interval or choices and a one-line description.
 
 - :data:`TRAINING_PARAMETERS`: the keys every pipeline has (``protocol``,
-  ``hubParallelism``, ``miniBatchSize``, ``miniBatches``, ``layoutQuorum``, ``aggregation``,
+  ``hubParallelism``, ``miniBatchSize``, ``miniBatches``, ``window`` and ``epochs``
+  (:class:`learning.protocols.base.PipelineSpoke`), ``layoutQuorum``, ``aggregation``,
   ``scaling``: :mod:`learning.scaling`; ``metricsWindow``: :mod:`learning.metrics`);
 - each protocol's own, in its module (e.g. :data:`learning.protocols.ssp.PARAMETERS`), as a
   :class:`ProtocolParams`; :func:`learning.protocols.register_protocol` binds it to the
@@ -350,6 +351,13 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
           "miniBatchSize is the global B, a spoke fits max(1, round(B/n)) (eq. 3); "
           "learning-rate: the learner's step size / n (eq. 4; learning_rate, PA's C); both",
           choices=("none", "batch", "learning-rate", "both")),  # learning.scaling runs them
+    Param("window", int, 0, "W, records a spoke collects before it trains on them (a streaming "
+          "window, papers/003 §II.A: W = 256 in §IV): each is predicted once, then the window is "
+          "trained epochs times in mini-batches of miniBatchSize; 0: no window (each "
+          "mini-batch is its own)", interval="[0, 1000000]"),
+    Param("epochs", int, 1, "E, passes over each window (or mini-batch, without one), papers/003 "
+          "§II.A (E = 8 in §IV); a record is predicted and counted as fitted once",
+          interval="[1, 1000]"),
     Param("metricsWindow", int, 1000, "records of the rolling quality metrics (learning.metrics; "
           "each of n spokes keeps its last ceil(W/n), in whole mini-batches); 0: cumulative only",
           interval="[0, 10000000]"),
