@@ -169,3 +169,18 @@ def test_predict_records_refuses_bad_records_and_keeps_the_good_ones():
     assert out[0]["modelVersion"] == model.version and len(out[0]["probabilities"]) == 3
     assert all("error" in o for o in out[1:4])
     assert out[0]["prediction"] == out[4]["prediction"]
+
+
+def test_the_jobs_model_version_is_the_weights_version_and_a_warm_start_counts_on():
+    spec, task, width = LEARNERS["PA"]
+    net = _net()
+    net.request(_create(0, spec, task, width))
+    net.stream(_records(240, width, task, seed=1))
+    body = _export(net, 0)["export"]  # closes the round: every spoke holds that model
+    net.stream(_records(6, width, task, seed=2, train=False))
+    versions = {p["modelVersion"] for p in net.outputs["predictions"] if p["pipeline"] == 0}
+    assert versions == {body["version"]} == {_follow(net).model(0).version}
+    net.request({**body, "id": 1})  # a warm start from the export
+    net.stream(_records(6, width, task, seed=3, train=False))
+    warm = {p["modelVersion"] for p in net.outputs["predictions"] if p["pipeline"] == 1}
+    assert warm == {body["version"]}

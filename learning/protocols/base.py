@@ -421,9 +421,12 @@ class PipelineSpoke(Node):
     def model_version(self) -> int:
         """The version of the model this spoke predicts with: the global models it has
         taken in so far (``rounds`` of the synchronizing protocols: averaging rounds,
-        answered pushes, elastic steps), 0 before the first and always for ``Independent``.
-        Every prediction carries it as ``modelVersion``."""
-        return int(getattr(self, "rounds", 0))
+        answered pushes, elastic steps), 0 before the first and always for ``Independent``,
+        counted on from a warm start's ``version`` (an export's, as the hubs count their
+        updates on from it). Under the round protocols (BSP, FDA, EVENFLOW) it is the
+        weights topic's version of that model (:mod:`operators.weights`). Every prediction
+        carries it as ``modelVersion``."""
+        return int(self.request.version or 0) + int(getattr(self, "rounds", 0))
 
     def _scores(self, features: list) -> dict:
         """``{"classes", "probabilities"}`` of one record, where the learner has class
