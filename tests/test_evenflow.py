@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from learning.errors import RequestError
-from learning.learners.base import Learner, as_labels, as_matrix
 from learning.protocols import evenflow, make_hub, make_spoke
 from learning.protocols.evenflow import (MONITORED_FUNCTIONS, MonitoredFunction, dft_errors,
                                          kl_divergence, kl_sphere_max, lemma1_bound,
@@ -18,63 +17,13 @@ from learning.protocols.evenflow import (MONITORED_FUNCTIONS, MonitoredFunction,
 from learning.registry import LEARNERS, make_pipeline, register_learner
 from learning.requests import parse_request
 from operators.local import LocalNetwork
+from tests.test_protocols import LeastSquaresSGD
 
 
 # -- test learners -----------------------------------------------------------------------------
-class PlainSGD(Learner):
-    """Linear least squares, one plain SGD step per ``fit`` (``x̃ = [x | 1]``)."""
-
-    task = "regression"
-
-    def __init__(self, learning_rate: float = 0.05):
-        self.learning_rate = learning_rate
-        self.n_features: int | None = None
-        self.w = np.zeros(0)
-
-    def _xa(self, X) -> np.ndarray:
-        X = as_matrix(X, self.n_features)
-        self.grow({"n_features": X.shape[1]})
-        return np.hstack([X, np.ones((X.shape[0], 1))])
-
-    def fit(self, X, y) -> None:
-        Xa = self._xa(X)
-        t = np.asarray(as_labels(y), dtype=np.float64)
-        if len(t):
-            self.w = self.w - self.learning_rate * (Xa.T @ (Xa @ self.w - t)) / len(t)
-
-    def predict(self, X) -> list:
-        return (self._xa(X) @ self.w).tolist()
-
-    def loss(self, X, y) -> float:
-        r = self._xa(X) @ self.w - np.asarray(as_labels(y), dtype=np.float64)
-        return float(0.5 * r @ r)
-
-    def get_params(self) -> np.ndarray:
-        return self.w.copy()
-
-    def set_params(self, w) -> None:
-        self.w = np.asarray(w, dtype=np.float64).copy()
-
-    def layout(self) -> dict:
-        return {"n_features": self.n_features}
-
-    def grow(self, layout: dict) -> None:
-        if self.n_features is None and layout.get("n_features") is not None:
-            self.n_features = int(layout["n_features"])
-            self.w = np.zeros(self.n_features + 1)
-
-    def project(self, w, layout) -> np.ndarray:
-        self.grow(layout)
-        w = np.asarray(w, dtype=np.float64)
-        return w.copy() if w.size else np.zeros_like(self.w)
-
-    def _parameters_json(self) -> dict:
-        return {"n_features": self.n_features, "w": self.w.tolist()}
-
-    def _load_parameters(self, parameters: dict) -> None:
-        self.grow(parameters)
-        if parameters.get("w") is not None:
-            self.set_params(parameters["w"])
+class PlainSGD(LeastSquaresSGD):
+    """Linear least squares, one plain SGD step per ``fit`` (``x̃ = [x | 1]``): the test
+    learner of ``tests/test_protocols.py``, registered under this module's own name."""
 
 
 SPIKE_D = 40_000
@@ -84,10 +33,9 @@ class Spike(PlainSGD):
     """Every ``fit`` adds the same spike ``0.01 e_0`` to a ``SPIKE_D``-vector: equal,
     aligned updates with a flat DFT spectrum, where §III.B's bounds are tight."""
 
-    def grow(self, layout: dict) -> None:
-        if self.n_features is None and layout.get("n_features") is not None:
-            self.n_features = int(layout["n_features"])
-            self.w = np.zeros(SPIKE_D)
+    def _width(self, d: int) -> None:
+        if self.n_features is None:
+            self.n_features, self.w = d, np.zeros(SPIKE_D)
 
     def fit(self, X, y) -> None:
         self._xa(X)
