@@ -137,7 +137,7 @@ class JobConfig:
         must read with ``isolation.level=read_committed`` and see each output only after
         the next checkpoint completes (latency up to about one checkpoint interval,
         docs/operations.md). Needs checkpointing (a ``ValueError`` at job build without
-        it). Off: at-least-once. ``psMessages`` is at-least-once either way.
+        it). Off: at-least-once. ``psMessages`` and ``weights`` are at-least-once either way.
     flink_options : tuple[tuple[str, str], ...]
         Further Flink configuration keys set on the job (e.g. metrics reporters).
     metrics : bool
