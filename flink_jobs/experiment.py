@@ -34,9 +34,10 @@ the centralized learner and vs BSP, bytes and bytes relative to BSP; JSON rows a
 ``trainingConfiguration.aggregation`` of the run, or null), ``prequential_accuracy``,
 ``mean_loss``, ``bytes_to_hubs`` / ``bytes_to_spokes`` (synchronization traffic:
 everything the middleware sent between spokes and hubs except the one-way statistics
-reports that answer Queries), ``rounds`` (synchronizations performed by hub 0: averaging
-rounds for BSP, FDA and EVENFLOW, applied pushes for SSP and TAP, exchanges for
-EASGD/Adaptive), ``records_per_second`` (training plus forecasting records over the time
+reports that answer Queries; for TensAIR, whose spokes exchange updates directly, every
+spoke→spoke byte counts as ``bytes_to_spokes``), ``rounds`` (synchronizations performed by
+hub 0: averaging rounds for BSP, FDA and EVENFLOW, applied pushes for SSP and TAP,
+exchanges for EASGD/Adaptive; TensAIR: the replicas' updates, one per mini-batch), ``records_per_second`` (training plus forecasting records over the time
 from the first record written to the last one counted), and a PNG (``--png``, default
 next to the JSON) with the prequential loss over records and the bytes per protocol.
 
@@ -138,10 +139,19 @@ EXECUTION_MODE = {ds: "process" if learner["name"] == "MLP" else "thread"
                   for ds, (_, learner, _) in DATASETS.items()}
 
 
+#: the decentralized runs beside the parameter server's (papers/000 Algorithm 1): TensAIR
+#: with ``maxGradBuffer`` 1 and 4; the variant names the row only (TensAIR has none)
+TENSAIR = "TensAIR"
+TENSAIR_RUNS: list[tuple[str, str | None, dict]] = [
+    (TENSAIR, "buffer 1", {"maxGradBuffer": 1}),
+    (TENSAIR, "buffer 4", {"maxGradBuffer": 4}),
+]
+
+
 def _pa_runs(naive: float, linear: float, sketch: float, basic: float,
              fast: float) -> list[tuple[str, str | None, dict]]:
-    """The eleven runs of a PA-I dataset, with the thresholds of FDA (naive, linear,
-    sketch) and EVENFLOW (basic, fast)."""
+    """The thirteen runs of a PA-I dataset, with the thresholds of FDA (naive, linear,
+    sketch) and EVENFLOW (basic, fast), and TensAIR's (:data:`TENSAIR_RUNS`)."""
     return [
         ("Independent", None, {}),
         ("Asynchronous", None, {}),
@@ -154,6 +164,7 @@ def _pa_runs(naive: float, linear: float, sketch: float, basic: float,
         ("FDA", "sketch", {"threshold": sketch, "precision": 0.25}),
         ("EVENFLOW", "basic", {"threshold": basic, "monitoredFunction": "l2"}),
         ("EVENFLOW", "fast", {"threshold": fast, "monitoredFunction": "l2", "coefficients": 8}),
+        *TENSAIR_RUNS,
     ]
 
 
@@ -186,6 +197,7 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
         ("FDA", "sketch", {"threshold": 0.75, "precision": 0.25}),
         ("EVENFLOW", "basic", {"threshold": 1.5, "monitoredFunction": "l2"}),
         ("EVENFLOW", "fast", {"threshold": 0.4, "monitoredFunction": "l2", "coefficients": 50}),
+        *TENSAIR_RUNS,
     ],
     "digits-pa": _pa_runs(0.01, 0.01, 0.005, 0.01, 0.005),
     "phishing": _pa_runs(0.005, 0.005, 0.005, 0.005, 0.01),
@@ -237,7 +249,7 @@ def create_request(dataset: str, protocol: str, variant: str | None, extra: dict
     """The Create request of one run."""
     pre, learner, base = copy.deepcopy(DATASETS[dataset])
     config = {"protocol": protocol, "hubParallelism": 1, **base, **extra}
-    if variant is not None:
+    if variant is not None and protocol != TENSAIR:
         config["variant"] = variant
     return {"id": pipeline, "request": "Create", "requestId": f"exp-{pipeline}",
             "preProcessors": pre, "learner": learner, "trainingConfiguration": config}
@@ -249,6 +261,8 @@ def _row(dataset: str, protocol: str, variant: str | None, final: dict, seconds:
     proto = final["protocol"]
     if "syncBytesToHubs" in proto:
         to_hubs, to_spokes = proto["syncBytesToHubs"], proto["syncBytesToSpokes"]
+    elif "bytesBetweenSpokes" in proto:  # TensAIR: no hub in the data path, spoke → spoke
+        to_hubs, to_spokes = 0, proto["bytesBetweenSpokes"]
     else:  # protocols without per-method accounting: take the Query reports out
         to_hubs, to_spokes = max(0, proto["bytesToHubs"] - report_bytes), proto["bytesToSpokes"]
     done = final["fitted"] + final["predicted"]

@@ -6,6 +6,7 @@
     psMessages ─ Kafka source ─ destination's key ────┴─ key by spoke┘              │       dead letters
                                                                                     └ key_by hub id ─ hubs (KeyedProcess)
     hubs ─ psMessages (the feedback loop, read back above); hubs ─ responses; hubs ─ weights
+    spokes ─ side: to spokes ─ psMessages (spoke→spoke envelopes, routed back by destination)
 
 Records cross from the JVM into Python once, at the spokes: SQL tags each record with the
 topic it came from (the Kafka connector's ``topic`` metadata column) and picks its spoke's
@@ -180,8 +181,8 @@ def _keyed(ds: DataStream, value_type) -> KeyedStream:
 
 
 class _ToSpokes:
-    """Requests go to every spoke key; hub→spoke envelopes to their destination's key
-    (malformed bytes to spoke 0, which counts and answers them)."""
+    """Requests go to every spoke key; hub→spoke frames and spoke→spoke envelopes to their
+    destination's key (malformed bytes to spoke 0, which counts and answers them)."""
 
     def __init__(self, spoke_keys: list[int]) -> None:
         self.spoke_keys = spoke_keys
@@ -189,7 +190,8 @@ class _ToSpokes:
     def __call__(self, data):
         data = bytes(data)
         kind = codec.wire_kind(data)
-        if kind is Wire.FRAME or kind is Wire.ENVELOPE:  # hub→spoke, framed (operators.feedback)
+        # hub→spoke, framed (operators.feedback); spoke→spoke, a bare envelope
+        if kind is Wire.FRAME or kind is Wire.ENVELOPE:
             if kind is Wire.FRAME:
                 dst = codec.frame_destination(data)
             else:
@@ -308,13 +310,15 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
     to_hubs_tag = OutputTag("to-hubs", Types.TUPLE([Types.INT(), Types.PRIMITIVE_ARRAY(Types.BYTE())]))
     responses_tag = OutputTag("responses", Types.STRING())
     dead_tag = OutputTag("dead-letters", Types.STRING())
+    to_spokes_tag = OutputTag("to-spokes", Types.PRIMITIVE_ARRAY(Types.BYTE()))
     weights_tag = OutputTag("weights", Types.PRIMITIVE_ARRAY(Types.BYTE())) if cfg.publish_weights else None
     keys = hub_keys(cfg.hubs)
 
     spokes = (data.connect(messages)
               .process(SpokeFunction(cfg.spokes, cfg.hubs, keys, to_hubs_tag, responses_tag,
                                      dead_tag, cfg.limits(), cfg.protocol_modules,
-                                     cfg.execution_mode, cfg.persist_state, cfg.metrics),
+                                     cfg.execution_mode, cfg.persist_state, cfg.metrics,
+                                     to_spokes_tag),
                        output_type=Types.STRING())
               .name("spokes").uid("spokes").set_parallelism(cfg.spokes))
     hubs = (spokes.get_side_output(to_hubs_tag)
@@ -334,6 +338,11 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
     # were dealt to several writers, and a spoke's channel reached the topic out of order
     (hubs.sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-out")
      .uid("psMessages-sink").set_parallelism(cfg.hubs))
+    # spoke→spoke envelopes (sibling channels, e.g. TensAIR): one writer per spoke (a
+    # forward edge); the receiver's middleware puts each channel back in order anyway
+    (spokes.get_side_output(to_spokes_tag)
+     .sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-spokes")
+     .uid("psMessages-spokes-sink").set_parallelism(cfg.spokes))
     (spokes.get_side_output(responses_tag).union(hubs.get_side_output(responses_tag))
      .sink_to(output(t.responses)).name("responses").uid("responses-sink"))
     spokes.get_side_output(dead_tag).sink_to(

@@ -2,7 +2,8 @@
 of spokes and hubs (papers/002_9b954bd89ad87406.txt §3.1).
 
 A node class declares its remote methods with :func:`remote`; every node gets a proxy for
-each node of the other side and a broadcast proxy; calls never block and return a
+each node of the other side and a broadcast proxy, and the same for the other nodes of its
+own side (``siblings``, ``sibling_broadcast``: spoke→spoke channels); calls never block and return a
 :class:`~middleware.promise.Call` on which ``then``, ``then_sync`` and ``on_error`` register
 callbacks. Remote methods may answer later through a :class:`~middleware.promise.Promise`
 or, for all nodes of the other side at once, a :class:`~middleware.promise.BroadcastPromise`.

@@ -10,6 +10,14 @@ proxy of all of them)::
     self.broadcast.pull().then_sync(self.on_shard)        # two-way broadcast, paused stream
     self.peers[1].report(stats)                           # one-way: @remote(oneway=True)
 
+It also has ``self.siblings[j]``, a proxy of node ``j`` of its *own* side (``None`` at its
+own index), and ``self.sibling_broadcast``, a proxy of every other node of its side (e.g.
+spokes exchanging updates directly, papers/000 Algorithm 1); their remote interface is the
+node's own class. Sibling channels are channels of their own: separate sequence numbers,
+FIFO order, de-duplication and fragmentation, the same promises and ``then_sync``::
+
+    self.sibling_broadcast.apply(delta, clock)            # one-way, to every other spoke
+
 A node never blocks, starts no threads and shares no state with other nodes.
 """
 
@@ -81,6 +89,11 @@ class NetworkContext(Protocol):
 
         Raises ``ValueError`` when there is no such node."""
 
+    def send_sibling(self, dst_index: int, data: bytes) -> None:
+        """Ship encoded envelope bytes to node ``dst_index`` of this node's own side.
+
+        Raises ``ValueError`` when there is no such node, or ``dst_index`` is this node."""
+
     def pause_stream(self) -> None:
         """Stop feeding stream records to this (spoke) node; buffer them in order."""
 
@@ -102,9 +115,16 @@ class NodeStats:
     sent_by_method, sent_bytes_by_method : collections.Counter
         Envelopes and bytes sent per remote method (answers count under the method they
         answer; fragments under the method of the envelope they carry).
+    sibling_sent_messages, sibling_sent_bytes, sibling_received_messages, sibling_received_bytes : int
+        The part of the above that went to or came from nodes of this node's own side
+        (sibling channels), all kinds together.
     duplicates : int
-        Envelopes dropped as already delivered.
+        Envelopes dropped as already delivered (every channel).
     """
+
+    #: class defaults: stats restored from a snapshot taken before sibling channels existed
+    sibling_sent_messages = sibling_sent_bytes = 0
+    sibling_received_messages = sibling_received_bytes = 0
 
     def __init__(self) -> None:
         self.sent_messages: Counter = Counter()
@@ -113,6 +133,8 @@ class NodeStats:
         self.sent_bytes_by_method: Counter = Counter()
         self.received_messages: Counter = Counter()
         self.received_bytes: Counter = Counter()
+        self.sibling_sent_messages = self.sibling_sent_bytes = 0
+        self.sibling_received_messages = self.sibling_received_bytes = 0
         self.duplicates = 0
 
     def to_json(self) -> dict:
@@ -122,6 +144,10 @@ class NodeStats:
             "messages_received": sum(self.received_messages.values()),
             "bytes_received": sum(self.received_bytes.values()),
             "duplicates_dropped": self.duplicates,
+            "sibling_messages_sent": self.sibling_sent_messages,
+            "sibling_bytes_sent": self.sibling_sent_bytes,
+            "sibling_messages_received": self.sibling_received_messages,
+            "sibling_bytes_received": self.sibling_received_bytes,
             "by_kind": {
                 "sent_messages": dict(self.sent_messages), "sent_bytes": dict(self.sent_bytes),
                 "received_messages": dict(self.received_messages),
@@ -139,9 +165,13 @@ class Node:
         self.ctx: NetworkContext | None = None
         self.peers: list[Proxy] = []
         self.broadcast: BroadcastProxy | None = None
+        self.siblings: list[Proxy | None] = []
+        self.sibling_broadcast: BroadcastProxy | None = None
         self.stats = NodeStats()
         self._outbox = Outbox()
         self._inbox = Inbox()
+        self._sibling_outbox = Outbox()  # channels to / from nodes of this node's own side
+        self._sibling_inbox = Inbox()
         self._calls: dict[int, Call] = {}
         self._next_call = 1
         self._fragments: dict[int, list[bytes]] = {}
@@ -156,6 +186,10 @@ class Node:
         n = ctx.n_hubs if ctx.side == SPOKE else ctx.n_spokes
         self.peers = [Proxy(self, j) for j in range(n)]
         self.broadcast = BroadcastProxy(self)
+        own = ctx.n_spokes if ctx.side == SPOKE else ctx.n_hubs
+        self.siblings = [None if j == ctx.index else Proxy(self, j, sibling=True)
+                         for j in range(own)]
+        self.sibling_broadcast = BroadcastProxy(self, sibling=True)
 
     @property
     def name(self) -> str:
@@ -170,6 +204,22 @@ class Node:
     def n_peers(self) -> int:
         return len(self.peers)
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling (a kernel restored from Flink state): a node pickled before sibling
+        channels existed gets empty ones (it had no sibling traffic)."""
+        self.__dict__.update(state)
+        if "_sibling_outbox" not in state:
+            self._sibling_outbox, self._sibling_inbox = Outbox(), Inbox()
+            self.siblings, self.sibling_broadcast = [], None
+
+    @property
+    def n_siblings(self) -> int:
+        """The other nodes of this node's own side."""
+        return max(0, len(self.siblings) - 1)
+
+    def _sibling_indices(self) -> list[int]:
+        return [j for j, proxy in enumerate(self.siblings) if proxy is not None]
+
     def expected_from(self, src: int) -> int:
         """The sequence number this node waits for next on the channel from node ``src``
         of the other side: everything numbered below it was delivered."""
@@ -178,6 +228,14 @@ class Node:
     def next_seq_to(self, dst: int) -> int:
         """The sequence number the next envelope to node ``dst`` will carry."""
         return self._outbox.peek(dst)
+
+    def expected_from_sibling(self, src: int) -> int:
+        """As :meth:`expected_from`, on the channel from node ``src`` of this node's side."""
+        return self._sibling_inbox.expected(src)
+
+    def next_seq_to_sibling(self, dst: int) -> int:
+        """As :meth:`next_seq_to`, on the channel to node ``dst`` of this node's side."""
+        return self._sibling_outbox.peek(dst)
 
     def deliver(self, data: bytes) -> None:
         """Take one encoded envelope from the kernel; dispatch it and any it unblocks.
@@ -191,10 +249,16 @@ class Node:
             envelope this one unblocked has been dispatched (none is lost).
         """
         env = codec.decode(data)
-        self.stats.received_messages[env.kind.name] += 1
-        self.stats.received_bytes[env.kind.name] += len(data)
-        ready = self._inbox.accept(env)
-        self.stats.duplicates = self._inbox.duplicates
+        stats = self.stats
+        stats.received_messages[env.kind.name] += 1
+        stats.received_bytes[env.kind.name] += len(data)
+        if env.src_side == self.ctx.side:
+            stats.sibling_received_messages += 1
+            stats.sibling_received_bytes += len(data)
+            ready = self._sibling_inbox.accept(env)
+        else:
+            ready = self._inbox.accept(env)
+        stats.duplicates = self._inbox.duplicates + self._sibling_inbox.duplicates
         first_error: Exception | None = None
         for e in ready:
             try:
@@ -206,15 +270,20 @@ class Node:
             raise first_error
 
     # -- sending -------------------------------------------------------------------------
-    def _send(self, dst: int, kind: Kind, method: str, call_id: int, payload: Any) -> None:
+    def _send(self, dst: int, kind: Kind, method: str, call_id: int, payload: Any,
+              sibling: bool = False) -> None:
+        """Encode and ship one envelope to node ``dst`` of the other side, or of this
+        node's own side with ``sibling``, fragmented when larger than the limit."""
         ctx = self.ctx
-        env = Envelope(ctx.network, ctx.side, ctx.index, HUB if ctx.side == SPOKE else SPOKE,
-                       dst, self._outbox.peek(dst), call_id, method, kind, payload)
+        outbox = self._sibling_outbox if sibling else self._outbox
+        dst_side = ctx.side if sibling else (HUB if ctx.side == SPOKE else SPOKE)
+        env = Envelope(ctx.network, ctx.side, ctx.index, dst_side,
+                       dst, outbox.peek(dst), call_id, method, kind, payload)
         data = codec.encode(env)  # may raise CodecError: take the sequence number only after
         limit = ctx.max_message_bytes
         if len(data) <= limit:
-            self._outbox.next_seq(dst)
-            self._ship(dst, kind, method, data)
+            outbox.next_seq(dst)
+            self._ship(dst, kind, method, data, sibling)
             return
         # fragments take consecutive sequence numbers on the channel, so the receiver's
         # FIFO reordering and de-duplication put them back in order before reassembly
@@ -223,48 +292,57 @@ class Node:
                   for i in range(0, len(data), step)]
         for i, piece in enumerate(pieces):
             frag = Envelope(ctx.network, ctx.side, ctx.index, env.dst_side, dst,
-                            self._outbox.next_seq(dst), call_id, method, Kind.FRAGMENT,
+                            outbox.next_seq(dst), call_id, method, Kind.FRAGMENT,
                             [i, len(pieces), piece])
-            self._ship(dst, Kind.FRAGMENT, method, codec.encode(frag))
+            self._ship(dst, Kind.FRAGMENT, method, codec.encode(frag), sibling)
 
-    def _ship(self, dst: int, kind: Kind, method: str, data: bytes) -> None:
+    def _ship(self, dst: int, kind: Kind, method: str, data: bytes, sibling: bool) -> None:
         stats = self.stats
         stats.sent_messages[kind.name] += 1
         stats.sent_bytes[kind.name] += len(data)
         stats.sent_by_method[method] += 1
         stats.sent_bytes_by_method[method] += len(data)
-        self.ctx.send(dst, data)
+        if sibling:
+            stats.sibling_sent_messages += 1
+            stats.sibling_sent_bytes += len(data)
+            self.ctx.send_sibling(dst, data)
+        else:
+            self.ctx.send(dst, data)
 
     def _reassemble(self, env: Envelope) -> Envelope | None:
         """Collect a fragment; the whole envelope once its last fragment arrived."""
         index, count, piece = env.payload
-        parts = self._fragments.setdefault(env.src_index, [])
+        key = env.src_index if env.src_side != self.ctx.side else (env.src_side, env.src_index)
+        parts = self._fragments.setdefault(key, [])
         if index != len(parts):
-            self._fragments.pop(env.src_index, None)
+            self._fragments.pop(key, None)
             raise CodecError(f"fragment {index} of {count} from {env.src_index} out of order")
         parts.append(piece.tobytes())
         if index + 1 < count:
             return None
-        del self._fragments[env.src_index]
+        del self._fragments[key]
         return codec.decode(b"".join(parts))
 
-    def _call(self, dsts: list[int], method: str, args: tuple, kwargs: dict) -> Call | None:
-        entry = remote_methods(self.peer).get(method)
+    def _call(self, dsts: list[int], method: str, args: tuple, kwargs: dict,
+              sibling: bool = False) -> Call | None:
+        iface = type(self) if sibling else self.peer
+        side = self.ctx.side if sibling else 1 - self.ctx.side
+        entry = remote_methods(iface).get(method)
         if entry is None:
             raise RemoteInterfaceError(
-                f"{self.peer.__name__} ({side_name(1 - self.ctx.side)}) has no remote method "
-                f"{method!r}; remote methods: {sorted(remote_methods(self.peer))}")
+                f"{iface.__name__} ({side_name(side)}) has no remote method "
+                f"{method!r}; remote methods: {sorted(remote_methods(iface))}")
         sig, oneway = entry
         try:
             sig.bind(None, *args, **kwargs)
         except TypeError as exc:
             raise RemoteInterfaceError(
-                f"bad arguments for {self.peer.__name__}.{method}() called from {self.name}: "
+                f"bad arguments for {iface.__name__}.{method}() called from {self.name}: "
                 f"{exc}") from None
         payload = [list(args), kwargs]
         if oneway:
             for dst in dsts:
-                self._send(dst, Kind.ONEWAY, method, 0, payload)
+                self._send(dst, Kind.ONEWAY, method, 0, payload, sibling)
             return None
         call_id = self._next_call
         self._next_call += 1
@@ -274,7 +352,7 @@ class Node:
         self._calls[call_id] = call
         try:
             for dst in dsts:
-                self._send(dst, Kind.REQUEST, method, call_id, payload)
+                self._send(dst, Kind.REQUEST, method, call_id, payload, sibling)
         except CodecError:
             del self._calls[call_id]
             raise
@@ -301,6 +379,7 @@ class Node:
             if call.done:
                 del self._calls[env.call_id]
             return
+        sibling = env.src_side == self.ctx.side
         fn = getattr(self, env.method, None) if env.method in remote_methods(type(self)) else None
         try:
             if fn is None:
@@ -311,48 +390,52 @@ class Node:
             if env.kind == Kind.REQUEST:
                 self._send(env.src_index, Kind.ERROR, env.method, env.call_id, {
                     "type": type(exc).__name__, "message": str(exc),
-                    "traceback": traceback.format_exc()})
+                    "traceback": traceback.format_exc()}, sibling)
             else:
                 log.exception("%s: one-way call %s failed", self.name, env.method)
             return
         if env.kind != Kind.REQUEST:
             return
         if isinstance(result, BroadcastPromise):
-            result = self._join_round(env.method, result)
+            result = self._join_round(env.method, result, sibling)
             if result._sent or env.src_index in result.bound:
                 self._answer(env, True, PromiseError(
                     f"{env.method}() returned a broadcast promise already "
                     f"{'answered' if result._sent else 'bound to a call from this node'}"))
                 return
             result.bound[env.src_index] = env.call_id
-            result._on_settle(lambda p: self._answer_broadcast(p, env.method))
+            result._on_settle(lambda p: self._answer_broadcast(p, env.method, sibling))
         elif isinstance(result, Promise):
             result._on_settle(lambda p, e=env: self._answer(e, p.failed, p.value))
         else:
             self._answer(env, False, result)
 
-    def _join_round(self, method: str, p: BroadcastPromise) -> BroadcastPromise:
+    def _join_round(self, method: str, p: BroadcastPromise, sibling: bool) -> BroadcastPromise:
         """A new, already fulfilled broadcast promise (``return BroadcastPromise.fulfilled()``,
         the barrier of papers/002 §3.1.3) joins the round of ``method`` still gathering
-        callers; any other broadcast promise is taken as it is."""
-        open_round = self._rounds.get(method)
+        callers (of the other side, or with ``sibling`` of this node's own side); any other
+        broadcast promise is taken as it is."""
+        key = (method, True) if sibling else method
+        open_round = self._rounds.get(key)
         if (open_round is not None and open_round is not p and not p.bound and p.done
                 and not open_round._sent):
             return open_round
-        self._rounds[method] = p
+        self._rounds[key] = p
         return p
 
     def _answer(self, env: Envelope, failed: bool, value: Any) -> None:
+        sibling = env.src_side == self.ctx.side
         if not failed:
             try:
-                self._send(env.src_index, Kind.RESPONSE, env.method, env.call_id, value)
+                self._send(env.src_index, Kind.RESPONSE, env.method, env.call_id, value, sibling)
                 return
             except CodecError as exc:  # the caller gets the failure instead of silence
                 failed, value = True, exc
-        self._send(env.src_index, Kind.ERROR, env.method, env.call_id, _error_payload(value))
+        self._send(env.src_index, Kind.ERROR, env.method, env.call_id, _error_payload(value),
+                   sibling)
 
-    def _answer_broadcast(self, p: BroadcastPromise, method: str) -> None:
-        if len(p.bound) < self.n_peers or p._sent:
+    def _answer_broadcast(self, p: BroadcastPromise, method: str, sibling: bool = False) -> None:
+        if len(p.bound) < (self.n_siblings if sibling else self.n_peers) or p._sent:
             return
         p._sent = True
         kind, value = Kind.RESPONSE, p.value
@@ -360,12 +443,12 @@ class Node:
             kind, value = Kind.ERROR, _error_payload(p.value)
         for src in sorted(p.bound):
             try:
-                self._send(src, kind, method, p.bound[src], value)
+                self._send(src, kind, method, p.bound[src], value, sibling)
             except CodecError as exc:  # same value for all: every caller gets the failure
                 if kind == Kind.ERROR:
                     raise
                 kind, value = Kind.ERROR, _error_payload(exc)
-                self._send(src, kind, method, p.bound[src], value)
+                self._send(src, kind, method, p.bound[src], value, sibling)
 
 
 def _error_payload(exc: BaseException) -> dict:
@@ -375,28 +458,35 @@ def _error_payload(exc: BaseException) -> dict:
 
 
 class Proxy:
-    """Stands for node ``index`` of the other side; attribute access gives its remote
-    methods, checked against the remote interface on the caller's side."""
+    """Stands for node ``index`` of the other side (of the node's own side with
+    ``sibling``); attribute access gives its remote methods, checked against the remote
+    interface (the other side's ``peer`` class, or the node's own class) on the caller's
+    side."""
 
-    def __init__(self, node: Node, index: int) -> None:
+    def __init__(self, node: Node, index: int, sibling: bool = False) -> None:
         self._node = node
         self._index = index
+        self._sibling = sibling
 
     def __getattr__(self, method: str):
         if method.startswith("_"):
             raise AttributeError(method)
-        node, dst = self._node, [self._index]
-        return lambda *args, **kwargs: node._call(dst, method, args, kwargs)
+        node, dst, sibling = self._node, [self._index], self._sibling
+        return lambda *args, **kwargs: node._call(dst, method, args, kwargs, sibling)
 
 
 class BroadcastProxy(Proxy):
-    """Stands for every node of the other side; callbacks run once per answer."""
+    """Stands for every node of the other side (with ``sibling``: every other node of the
+    node's own side); callbacks run once per answer."""
 
-    def __init__(self, node: Node) -> None:
-        super().__init__(node, -1)
+    def __init__(self, node: Node, sibling: bool = False) -> None:
+        super().__init__(node, -1, sibling)
 
     def __getattr__(self, method: str):
         if method.startswith("_"):
             raise AttributeError(method)
         node = self._node
+        if self._sibling:
+            return lambda *args, **kwargs: node._call(node._sibling_indices(), method, args,
+                                                      kwargs, True)
         return lambda *args, **kwargs: node._call(list(range(node.n_peers)), method, args, kwargs)

@@ -59,6 +59,18 @@ class HubContext:
             raise ValueError(f"pipeline {self.network} has no spoke {dst_index}")
         self._op.send(self.network, self.index, dst_index, data)
 
+    def send_sibling(self, dst_index: int, data: bytes) -> None:
+        """Hubs have no channels to each other: each owns an independent shard of the
+        parameter server (papers/002 §2.1).
+
+        Raises
+        ------
+        RuntimeError
+            Always.
+        """
+        raise RuntimeError(f"pipeline {self.network}: hubs cannot call other hubs (a hub "
+                           f"owns an independent shard of the parameter server)")
+
     def pause_stream(self) -> None:  # hubs have no input stream to pause
         raise RuntimeError("hubs cannot pause a stream")
 

@@ -5,7 +5,8 @@ in-memory transport standing in for Flink and Kafka (papers/002 §3.2.1).
 one :class:`~operators.hub_kernel.HubKernel` per hub, the very objects the Flink operators
 host (:mod:`operators.spoke`, :mod:`operators.hub`), and carries their outputs to each
 other as the job does: spoke→hub envelopes and kernel controls to the hub kernels,
-hub→spoke frames (the ``psMessages`` loop) to the spoke kernels; predictions, responses
+hub→spoke frames and spoke→spoke envelopes (the ``psMessages`` loop) to the spoke kernels;
+predictions, responses
 and dead letters to :attr:`LocalNetwork.outputs`. So pausing, backlogs, frames,
 acknowledgements, lifecycle requests and service policy are the job's code; what differs
 is only Flink (threads, state, checkpoints) and Kafka (topics, partitions, loss).
@@ -58,7 +59,7 @@ from middleware.envelope import HUB, SPOKE
 from middleware.node import Node
 from operators.hub_kernel import HubKernel
 from operators.sharding import Sharder, make_sharder
-from operators.spoke_kernel import HUBS, SpokeKernel
+from operators.spoke_kernel import HUBS, SPOKES, SpokeKernel
 
 __all__ = ["LocalNetwork"]
 
@@ -84,6 +85,9 @@ class _Sink(list):
             if stream == HUBS:
                 key, data = value
                 net._put(HUB, key, data)
+                return
+            if stream == SPOKES:  # a sibling channel's envelope (psMessages in the job)
+                net._put(SPOKE, codec.peek(value).dst_index, value)
                 return
         elif stream is None:  # a hub's frame for psMessages
             net._put(SPOKE, codec.frame_destination(value), value)

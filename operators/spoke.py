@@ -16,7 +16,9 @@ Input 2 carries messages as bytes: hub→spoke envelopes in incarnation frames (
 feedback loop) and JSON control requests, one copy per spoke key.
 
 Outputs: predictions (main output, JSON strings), spoke→hub messages (side output
-``(hub_key, bytes)``, keyed by hub id downstream), responses and dead letters (JSON).
+``(hub_key, bytes)``, keyed by hub id downstream), spoke→spoke messages (side output of
+envelope bytes, written to ``psMessages`` and routed back by destination spoke), responses
+and dead letters (JSON).
 
 Everything a spoke holds (pipelines, local models, preprocessor statistics, mini-batch
 buffers, protocol state, middleware sequence numbers and pending promises, counters) is one
@@ -41,7 +43,7 @@ from operators.metrics import SPOKE_METRICS, OperatorMetrics
 from operators.routing import subtask_index
 from operators.service import import_protocols
 from operators.snapshot import Snapshot
-from operators.spoke_kernel import HUBS, SpokeKernel
+from operators.spoke_kernel import HUBS, SPOKES, SpokeKernel
 
 __all__ = ["SpokeFunction"]
 
@@ -59,6 +61,9 @@ class SpokeFunction(KeyedCoProcessFunction):
         As for :class:`~operators.spoke_kernel.SpokeKernel`.
     to_hubs_tag, responses_tag, dead_letters_tag : OutputTag
         Side outputs.
+    to_spokes_tag : OutputTag, optional
+        Side output of spoke→spoke envelopes (bytes); without it a protocol that talks to
+        sibling spokes fails when it sends.
     protocol_modules : tuple[str, ...]
         Modules registering user protocols, imported in ``open``.
     persist : bool
@@ -71,11 +76,12 @@ class SpokeFunction(KeyedCoProcessFunction):
     def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
                  responses_tag, dead_letters_tag, limits: dict | None = None,
                  protocol_modules: tuple[str, ...] = (), execution_mode: str = "thread",
-                 persist: bool = True, metrics: bool = True) -> None:
+                 persist: bool = True, metrics: bool = True, to_spokes_tag=None) -> None:
         self.n_spokes = n_spokes
         self.n_hubs = n_hubs
         self.hub_keys = hub_keys
         self.to_hubs_tag = to_hubs_tag
+        self.to_spokes_tag = to_spokes_tag
         self.responses_tag = responses_tag
         self.dead_letters_tag = dead_letters_tag
         self.limits = limits
@@ -92,7 +98,7 @@ class SpokeFunction(KeyedCoProcessFunction):
             ValueStateDescriptor("spoke", Types.PICKLED_BYTE_ARRAY()))
         self.kernel: SpokeKernel | None = None
         self.tags = {HUBS: self.to_hubs_tag, "responses": self.responses_tag,
-                     "deadLetters": self.dead_letters_tag}
+                     "deadLetters": self.dead_letters_tag, SPOKES: self.to_spokes_tag}
 
     def _kernel(self) -> SpokeKernel:
         kernel = self.kernel

@@ -5,7 +5,8 @@ three kinds of input: data records (:meth:`SpokeKernel.on_data`, one per crossin
 :meth:`SpokeKernel.on_batch`, batches assembled in Java by ``omldm.RecordBatcher``,
 :func:`middleware.codec.record_batch`),
 messages (:meth:`SpokeKernel.on_message`: hub→spoke envelopes in incarnation frames read
-back from ``psMessages``, and JSON control requests, one copy per spoke), and, for callers
+back from ``psMessages``, spoke→spoke envelopes (sibling channels, unframed) read back from
+the same topic, and JSON control requests, one copy per spoke), and, for callers
 that drive nodes directly (the in-process kernel's tests), :meth:`SpokeKernel.feed`.
 Outputs accumulate in :attr:`SpokeKernel.out` for the host to send on: the Flink operator
 (:mod:`operators.spoke`) or the in-process kernel (:mod:`operators.local`).
@@ -35,12 +36,13 @@ from middleware.errors import CodecError
 from operators.feedback import SpokeChannels
 from operators.service import (check_execution_mode, check_sizes, error_response, limits_of)
 
-__all__ = ["SpokeKernel", "SpokeContext", "HUBS"]
+__all__ = ["SpokeKernel", "SpokeContext", "HUBS", "SPOKES"]
 
 log = logging.getLogger(__name__)
 NUDGE_EVERY_S = 1.0  # a paused spoke acknowledges its hub channels at most this often
 _TRAIN = "T"  # the SQL source's tag of training records; forecasting ones are "P"
 HUBS = "hubs"  # names of the kernel's outputs; None is the main output (predictions)
+SPOKES = "spokes"  # spoke→spoke envelopes (sibling channels), bytes, for psMessages
 
 
 class SpokeContext:
@@ -68,6 +70,12 @@ class SpokeContext:
             raise ValueError(f"pipeline {self.network} has no hub {dst_index}")
         self._op.out.append((HUBS, (self._op.hub_keys[dst_index], data)))
         self._op.acknowledge(self.network, dst_index)
+
+    def send_sibling(self, dst_index: int, data: bytes) -> None:
+        if not 0 <= dst_index < self.n_spokes or dst_index == self.index:
+            raise ValueError(f"pipeline {self.network}: spoke {self.index} has no sibling "
+                             f"spoke {dst_index} (of {self.n_spokes})")
+        self._op.out.append((SPOKES, data))
 
     def pause_stream(self) -> None:
         self._op.paused += 1
@@ -100,8 +108,14 @@ class SpokeKernel:
 
     Outputs accumulate in :attr:`out` as ``(stream, value)``: stream ``None`` (a
     prediction, JSON), :data:`HUBS` (``(hub_key, bytes)``: envelopes and kernel controls,
-    :func:`middleware.codec.control`), ``"responses"`` or ``"deadLetters"`` (JSON). The
-    host takes them after each call.
+    :func:`middleware.codec.control`), :data:`SPOKES` (bytes: an envelope for another
+    spoke, which the job writes to ``psMessages`` and routes back by its destination),
+    ``"responses"`` or ``"deadLetters"`` (JSON). The host takes them after each call.
+
+    Spoke→spoke envelopes are not framed: a restore of the sending spoke may send again,
+    under the same sequence numbers, updates its dead timeline had sent; the receiver's
+    middleware inbox drops the second copies (exactly once per sequence number, never
+    twice), so such an update is applied at most once but may be the dead timeline's.
 
     Attributes
     ----------
@@ -285,7 +299,8 @@ class SpokeKernel:
 
     # -- messages ------------------------------------------------------------------------
     def on_message(self, data: bytes) -> None:
-        """A framed hub→spoke envelope (``psMessages``) or a JSON request (``requests``)."""
+        """A framed hub→spoke envelope or a spoke→spoke envelope (``psMessages``), or a
+        JSON request (``requests``)."""
         kind = codec.wire_kind(data)
         if kind is Wire.FRAME and codec.is_frame(data):
             self._frame(data)

@@ -58,17 +58,20 @@ def test_sinks_are_transactional_only_for_the_outputs_and_only_with_the_option()
                              exactly_once_outputs=True), "unit")
     assert {n: s["guarantee"] for n, s in on.items()} == {
         "predictions": "exactly-once", "responses": "exactly-once", "deadLetters": "exactly-once",
-        "psMessages-out": "at-least-once", "weights": "at-least-once"}
-    # the weights topic stays at-least-once: a repeated record is a version a follower has
-    assert {n: s["prefix"] for n, s in on.items() if n not in ("psMessages-out", "weights")} == {
+        "psMessages-out": "at-least-once", "psMessages-spokes": "at-least-once",
+        "weights": "at-least-once"}
+    # the feedback loop and the weights topic stay at-least-once (a repeated weights record
+    # is a version a follower has)
+    internal = ("psMessages-out", "psMessages-spokes", "weights")
+    assert {n: s["prefix"] for n, s in on.items() if n not in internal} == {
         "predictions": "unit-u-predictions", "responses": "unit-u-responses",
         "deadLetters": "unit-u-deadLetters"}  # job name + topic: unique, the same after a restore
     assert TRANSACTION_TIMEOUT_MS <= 900_000  # Kafka's default transaction.max.timeout.ms
     assert all(int(s["props"]["transaction.timeout.ms"]) == TRANSACTION_TIMEOUT_MS
-               for n, s in on.items() if n not in ("psMessages-out", "weights"))
+               for n, s in on.items() if n not in internal)
     off = _sinks(local_config("localhost:1", topic_prefix="u-", checkpoint_interval_ms=INTERVAL_MS),
                  "unit")
-    assert {s["guarantee"] for s in off.values()} == {"at-least-once"} and len(off) == 5
+    assert {s["guarantee"] for s in off.values()} == {"at-least-once"} and len(off) == 6
     assert all(s["prefix"] is None for s in off.values())
 
 

@@ -157,7 +157,8 @@ def test_aggregation_goes_to_every_run_but_centralized_and_independent(tmp_path,
         for _, protocol, _, extra, _, limit in mine:
             assert limit == 100
             assert ("aggregation" in extra) == (protocol != "Independent")
-        assert [c[4] for c in mine[1:]] == [2] * 11 + [8] * 11
+        runs = len(experiment.SETTINGS[ds])
+        assert [c[4] for c in mine[1:]] == [2] * runs + [8] * runs
     assert [r["aggregation"] for r in rows if r["protocol"] in ("Centralized", "Independent")] \
         == [None] * 6
     assert {r["aggregation"] for r in rows

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 
 from learning.errors import RequestError
-from learning.protocols import adaptive, easgd, evenflow, fda, ssp
+from learning.protocols import adaptive, easgd, evenflow, fda, ssp, tensair
 from learning.protocols.adaptive import AdaptiveHub, AdaptiveSpoke
 from learning.protocols.asynchronous import AsynchronousHub, AsynchronousSpoke
 from learning.protocols.base import PipelineHub, PipelineSpoke
@@ -23,6 +23,7 @@ from learning.protocols.independent import IndependentHub, IndependentSpoke
 from learning.protocols.parameters import TRAINING_DEFAULTS, ProtocolParams, declare
 from learning.protocols.ssp import StaleSynchronousHub, StaleSynchronousSpoke
 from learning.protocols.synchronous import SynchronousHub, SynchronousSpoke
+from learning.protocols.tensair import TensAIRHub, TensAIRSpoke
 
 __all__ = ["PROTOCOLS", "register_protocol", "make_spoke", "make_hub", "PipelineSpoke", "PipelineHub",
            "AsynchronousSpoke", "AsynchronousHub"]
@@ -85,7 +86,8 @@ for _names, _spoke, _hub, _parameters in (
         (("Adaptive",), AdaptiveSpoke, AdaptiveHub, adaptive.PARAMETERS),
         (("FDA", "FunctionalDynamicAveraging"), FunctionalDynamicAveragingSpoke,
          FunctionalDynamicAveragingHub, fda.PARAMETERS),
-        (("EVENFLOW", "EvenFlow"), EvenFlowSpoke, EvenFlowHub, evenflow.PARAMETERS)):
+        (("EVENFLOW", "EvenFlow"), EvenFlowSpoke, EvenFlowHub, evenflow.PARAMETERS),
+        (("TensAIR", "Decentralized"), TensAIRSpoke, TensAIRHub, tensair.PARAMETERS)):
     for _name in _names:
         register_protocol(_name, _spoke, _hub, _parameters)
 

@@ -1,0 +1,345 @@
+"""TensAIR: decentralized asynchronous learning, replicas exchanging their updates directly
+(papers/000_b1771d206afbfb03.txt, Algorithm 1, §III-B, §III-C).
+
+Every spoke is a model replica. Per papers/000 Algorithm 1 (``train``):
+
+- a mini-batch of its own records: compute the update, apply it locally at once (the
+  fit), add it to the outgoing buffer; once the buffer holds ``maxGradBuffer`` updates,
+  send their sum to every other spoke (one-way, :attr:`Node.sibling_broadcast`) and empty it;
+- an update from another spoke: apply it at once (add it to the local parameters);
+- predictions come from the replica's current model (``predict``).
+
+No parameter server is in the data path: the hubs only answer Query, Update and Delete
+(hub 0 gathers the spokes' reports, as for every protocol).
+
+What "gradient" means here: the change of the learner's flat parameter vector over one
+mini-batch, ``Δ = w_after − w_before``, whatever the learner (papers/000 ships gradients of
+a TensorFlow model; omldm's protocols see only the flat vector). For the linear learners
+(PA, SVM, the SGD regressors) it is the mini-batch's step; for the PyTorch learners it is
+the optimizer's step (with momentum or Adam: the step the optimizer took, not the raw
+gradient; the optimizer's own state stays local). Learners that cannot be averaged
+(trees) are refused at Create with ``unsupported_pairing``
+(:func:`learning.registry.check_pairing`). A learner whose layout grows (new classes) sends
+its update with its layout; the receiver grows its model to it first
+(``learner.project``). Preprocessor statistics stay local to each replica.
+
+Staleness (papers/000 §III-B): for an update sent by replica i and applied by replica j,
+``|G_i ∪ G_j| − |G_i ∩ G_j|``, where ``G_i`` is the set of updates i had applied when it
+computed the update and ``G_j`` the set j had applied just before applying it. Each replica
+applies the updates of every origin in the order they were made (its own at once, the
+others' FIFO per sibling channel), so an applied set is fully described by a count per
+origin (a vector clock) and the symmetric difference is ``Σ_o |c_i[o] − c_j[o]|``. Every
+message carries the sender's clock, less the updates the message holds (with
+``maxGradBuffer`` 1: the clock when the update was computed; with more, when the last
+update of the buffer was computed, less the buffer); the receiver records the staleness
+of each message it applies (an update applied locally has staleness 0 and is not counted).
+
+Bounded staleness (papers/000 §III-C: SSP as the convergence condition): with
+``maxStaleness`` s, a replica whose own update count ``c_i`` is more than s ahead of the
+updates it has applied from some peer j waits, stream paused (``then_sync``), on a call
+``until(c_i − s)`` to j, which j answers once it has sent that many updates; FIFO channels
+deliver those updates before the answer. A replica asked for updates it has already made
+but still buffers sends its partial buffer at once, so two replicas never wait on each
+other (the one ahead always has what the one behind asks for). At the end of a finite
+stream the slowest replica makes no more updates: a Query (the stream's end, as for BSP
+and SSP) sends every partial buffer and answers every wait pending at that time; a replica
+that is ahead still waits again after its next mini-batch, until the next Query.
+
+``updateScaling: replicas`` divides every update by the number of replicas n, applied
+locally and sent: n replicas each applying all n updates then move as one learner taking
+the mean update (papers/000 §III-C's learning-rate discussion; unlike the common
+``scaling: learning-rate``, it needs no step-size hyperparameter, e.g. PA).
+
+Statistics (Query, per spoke): ``updatesMade`` (mini-batches, own updates), ``updatesSent``
+(messages), ``updatesApplied`` (messages from others), ``updatesReceived`` (updates in
+them), ``bytesToSiblings`` / ``bytesFromSiblings``, ``staleness`` (``mean``, ``p95``,
+``max``), ``clock``, ``waits`` (times it paused on ``maxStaleness``), ``maxLead``. The
+pipeline's ``protocol`` adds the staleness over all spokes and the replicas' ``spread``: the
+largest L2 distance of a replica's parameter vector from the replicas' mean at Query time
+(``model``: that mean).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from learning.protocols.base import PipelineHub, PipelineSpoke
+from learning.protocols.parameters import Param, ProtocolParams
+from middleware import Promise, remote
+
+__all__ = ["TensAIRSpoke", "TensAIRHub", "PARAMETERS", "MAX_GRAD_BUFFER", "MAX_STALENESS",
+           "UPDATE_SCALING", "staleness_summary"]
+
+#: ``trainingConfiguration.maxGradBuffer``: updates per message (papers/000 Algorithm 1)
+MAX_GRAD_BUFFER = Param("maxGradBuffer", int, 1, "updates (mini-batches) a replica buffers "
+                        "before sending their sum to every other replica (papers/000 Alg. 1)",
+                        interval="[1, 100000]")
+#: ``trainingConfiguration.maxStaleness``: the SSP-style bound (None: unbounded)
+MAX_STALENESS = Param("maxStaleness", int, None, "s, own updates a replica may make beyond "
+                      "those it applied from its slowest peer before it waits (unset: "
+                      "never waits; papers/000 §III-C)", interval="[0, 100000]")
+#: ``trainingConfiguration.updateScaling``
+UPDATE_SCALING = Param("updateScaling", str, "none", "replicas: every update is divided by "
+                       "the number of replicas, applied and sent; none: as computed",
+                       choices=("none", "replicas"))
+#: TensAIR's declaration (:mod:`learning.protocols.parameters`)
+PARAMETERS = ProtocolParams(
+    term="TensAIR", reference="papers/000 Algorithm 1, §III-B (staleness), §III-C (SSP bound)",
+    params=(MAX_GRAD_BUFFER, MAX_STALENESS, UPDATE_SCALING))
+
+
+def staleness_summary(histogram: Counter) -> dict:
+    """``{"count", "mean", "p95", "max"}`` of a histogram (staleness → applied messages);
+    p95 is the nearest-rank percentile; None for an empty histogram."""
+    count = sum(histogram.values())
+    if not count:
+        return {"count": 0, "mean": None, "p95": None, "max": None}
+    values = sorted(histogram)
+    rank, seen, p95 = math.ceil(0.95 * count), 0, values[-1]
+    for v in values:
+        seen += histogram[v]
+        if seen >= rank:
+            p95 = v
+            break
+    return {"count": count, "mean": sum(v * n for v, n in histogram.items()) / count,
+            "p95": p95, "max": values[-1]}
+
+
+class TensAIRHub(PipelineHub):
+    """Not in the data path: answers Query (hub 0 gathers the replicas' reports), Update
+    and Delete. A Query's ``model`` is the mean of the replicas at Query time."""
+
+    _mean: tuple[np.ndarray, dict] | None = None  # the replicas' mean at the last Query
+
+    def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
+        replicas = [s.pop("replica") for s in spokes]
+        self._mean = None
+        spread = None
+        layouts = [layout for _, layout in replicas]
+        if replicas and all(layout == layouts[0] for layout in layouts):
+            vectors = np.stack([np.asarray(w, dtype=np.float64) for w, _ in replicas])
+            self._mean = (vectors.mean(axis=0), layouts[0])
+            spread = float(np.linalg.norm(vectors - self._mean[0], axis=1).max()) \
+                if vectors.size else 0.0
+        answer = super().query_response(request_id, spokes)
+        histogram = Counter()
+        for s in answer["spokes"]:
+            histogram.update({int(v): int(n) for v, n in s.pop("stalenessHistogram")})
+        answer["protocol"].update({
+            "updates": sum(s["updatesMade"] for s in answer["spokes"]),
+            "updatesSent": sum(s["updatesSent"] for s in answer["spokes"]),
+            "updatesApplied": sum(s["updatesApplied"] for s in answer["spokes"]),
+            "bytesBetweenSpokes": sum(s["bytesToSiblings"] for s in answer["spokes"]),
+            "staleness": staleness_summary(histogram),
+            "spread": spread,
+        })
+        return answer
+
+    def model_summary(self, limit: int) -> dict:
+        """The replicas' mean (as :meth:`PipelineHub.model_summary` shows a model); not
+        available when the replicas' layouts differ."""
+        mean = self._mean
+        if mean is None:
+            return {"available": False, "reason": "the replicas' layouts differ"}
+        w, layout = mean
+        out = {"available": True, "size": int(w.size), "layout": layout,
+               "truncated": bool(w.size > limit), "mean": "of the replicas"}
+        if w.size > limit:
+            out["summary"] = {"l2Norm": float(np.linalg.norm(w)), "head": [float(x) for x in w[:16]]}
+            out["params"] = []
+        else:
+            out["params"] = [x if math.isfinite(x) else None for x in w.tolist()]
+        return out
+
+
+class TensAIRSpoke(PipelineSpoke):
+    """A TensAIR model replica (papers/000 Algorithm 1), with sibling proxies only.
+
+    Attributes
+    ----------
+    applied : list[int]
+        The vector clock: updates applied, per origin replica (this one's own included).
+    updates_sent, updates_applied : int
+        Messages sent to every other replica (one broadcast counts once); messages applied.
+    staleness : collections.Counter
+        Staleness (papers/000 §III-B) → messages applied with it.
+    waits, max_lead : int
+        Times the stream paused on ``maxStaleness``; the largest lead ``c_i − min_j
+        applied[j]`` this replica went on with (≤ ``maxStaleness`` when set).
+    """
+
+    peer = None  # TensAIRHub, set below
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        values = PARAMETERS.of(request.training_configuration)
+        self.max_grad_buffer = values["maxGradBuffer"]
+        self.max_staleness = values["maxStaleness"]
+        self.update_scaling = values["updateScaling"]
+        self.applied: list[int] = []
+        self.updates_sent = self.updates_applied = self.updates_received = 0
+        self.staleness: Counter = Counter()
+        self.waits = self.max_lead = 0
+        self._sent = 0  # own updates sent
+        self._buffer: tuple[np.ndarray, dict] | None = None  # summed updates not yet sent
+        self._buffered = 0
+        self._base: tuple[np.ndarray, dict] | None = None  # parameters after the last change
+        self._asked: list[tuple[int, Promise]] = []  # peers' until(n) not answered yet
+        self._waiting = False
+
+    def attach(self, ctx) -> None:
+        super().attach(ctx)
+        self.applied = [0] * ctx.n_spokes
+        self._base = self._params()
+
+    def on_update(self) -> None:
+        super().on_update()
+        values = PARAMETERS.of(self.request.training_configuration)
+        self.max_grad_buffer = values["maxGradBuffer"]
+        self.max_staleness = values["maxStaleness"]
+        self.update_scaling = values["updateScaling"]
+
+    def on_relayout(self) -> None:
+        super().on_relayout()
+        self._buffer, self._buffered = None, 0  # updates of the model that was reset
+        self._base = self._params()
+
+    def _params(self) -> tuple[np.ndarray, dict]:
+        learner = self.pipeline.learner
+        return learner.get_params().copy(), learner.layout()
+
+    def _in_current(self, vec_layout: tuple[np.ndarray, dict]) -> np.ndarray:
+        vec, layout = vec_layout
+        return self.pipeline.learner.project(vec, layout)
+
+    # -- Algorithm 1, a mini-batch of this replica's records ---------------------------------
+    def on_batch_fitted(self, n_records: int) -> None:
+        learner = self.pipeline.learner
+        w = learner.get_params()
+        base = self._in_current(self._base)
+        delta = w - base
+        if self.update_scaling == "replicas" and self.ctx.n_spokes > 1:
+            delta /= self.ctx.n_spokes
+            w = base + delta
+            learner.set_params(w)
+        self._base = (w.copy(), learner.layout())
+        self.applied[self.ctx.index] += 1
+        if self._buffer is None:
+            self._buffer = (delta, learner.layout())
+        else:
+            self._buffer = (self._in_current(self._buffer) + delta, learner.layout())
+        self._buffered += 1
+        if self._buffered >= self.max_grad_buffer:
+            self._send_buffer()
+        self._keep_within_bound()
+
+    def _send_buffer(self) -> None:
+        if not self._buffered:
+            return
+        delta, layout = self._buffer
+        clock = list(self.applied)
+        clock[self.ctx.index] -= self._buffered
+        self.sibling_broadcast.apply(delta, layout, self._buffered, self.ctx.index, clock)
+        self.updates_sent += 1
+        self._sent += self._buffered
+        self._buffer, self._buffered = None, 0
+        still = []
+        for n, p in self._asked:
+            if self._sent >= n:
+                p.fulfil(self._sent)
+            else:
+                still.append((n, p))
+        self._asked = still
+
+    # -- Algorithm 1, an update from another replica ----------------------------------------
+    @remote(oneway=True)
+    def apply(self, delta: np.ndarray, layout: dict, count: int, spoke: int, clock: list) -> None:
+        """Replica ``spoke``'s sum of ``count`` updates, made with ``clock`` applied (its
+        vector clock, less these updates): apply it at once (papers/000 Algorithm 1)."""
+        applied = self.applied
+        self.staleness[sum(abs(int(c) - a) for c, a in zip(clock, applied))] += 1
+        applied[spoke] += int(count)
+        learner = self.pipeline.learner
+        d = learner.project(delta, layout)  # grows this model to the sender's layout first
+        base = self._in_current(self._base)
+        w = learner.get_params() + d
+        learner.set_params(w)
+        self._base = (base + d, learner.layout())
+        self.updates_applied += 1
+        self.updates_received += int(count)
+
+    # -- bounded staleness (papers/000 §III-C) ----------------------------------------------
+    @remote
+    def until(self, n: int):
+        """Answer once this replica has sent ``n`` of its own updates (sending its partial
+        buffer at once when it has made them); FIFO delivers them before the answer."""
+        if self._sent < n <= self.applied[self.ctx.index]:
+            self._send_buffer()
+        if self._sent >= n:
+            return self._sent
+        p = Promise()
+        self._asked.append((int(n), p))
+        return p
+
+    def _keep_within_bound(self) -> None:
+        s = self.max_staleness
+        me = self.ctx.index
+        own = self.applied[me]
+        others = [j for j in range(self.ctx.n_spokes) if j != me]
+        if s is None or not others or self._waiting:
+            return
+        behind = [j for j in others if own - self.applied[j] > s]
+        if not behind:
+            self.max_lead = max(self.max_lead, own - min(self.applied[j] for j in others))
+            return
+        self.waits += 1
+        self._waiting = True
+        pending = set(behind)
+
+        def arrived(j: int):
+            def cb(_value: Any) -> None:
+                pending.discard(j)
+                if not pending:
+                    self._waiting = False
+                    self.max_lead = max(self.max_lead, self.applied[me] - min(
+                        self.applied[k] for k in others))
+            return cb
+
+        for j in behind:
+            self.siblings[j].until(own - s).then_sync(arrived(j))
+
+    # -- Query -------------------------------------------------------------------------------
+    def on_query(self, request_id: Any, service: dict | None = None) -> None:
+        """Fit what is buffered, send the partial update buffer, answer every peer's
+        pending ``until`` (the stream may have ended), then report."""
+        self.flush()
+        self._send_buffer()
+        asked, self._asked = self._asked, []
+        for _, p in asked:
+            p.fulfil(self._sent)
+        super().on_query(request_id, service)
+
+    def statistics(self) -> dict:
+        out = super().statistics()
+        stats = self.stats
+        w, layout = self._params()
+        out["replica"] = [w, layout]
+        out["protocol"] = {
+            "updatesMade": self.applied[self.ctx.index], "updatesSent": self.updates_sent,
+            "updatesApplied": self.updates_applied, "updatesReceived": self.updates_received,
+            "bytesToSiblings": stats.sibling_sent_bytes,
+            "bytesFromSiblings": stats.sibling_received_bytes,
+            "staleness": staleness_summary(self.staleness),
+            "stalenessHistogram": sorted(self.staleness.items()),
+            "clock": list(self.applied), "waits": self.waits, "maxLead": self.max_lead,
+            "maxGradBuffer": self.max_grad_buffer, "maxStaleness": self.max_staleness,
+        }
+        return out
+
+
+TensAIRSpoke.peer = TensAIRHub
+TensAIRHub.peer = TensAIRSpoke
