@@ -216,3 +216,22 @@ def test_large_arrays_between_siblings_are_fragmented_and_reassembled(seed):
         assert len(spoke.arrays) == 3
         for got, v in zip(spoke.arrays, values):
             assert np.array_equal(got, v)
+
+
+def test_a_node_pickled_before_sibling_channels_restores_and_goes_on():
+    """Flink state written by an older omldm: the node has no sibling fields; unpickled, it
+    gets empty sibling channels and takes hub messages as before."""
+    import pickle
+
+    from middleware import codec
+    from middleware.envelope import HUB, Envelope, Kind
+
+    spoke = network(2).spokes[0]
+    old = Replica.__new__(Replica)
+    old.__dict__.update({k: v for k, v in spoke.__dict__.items() if k not in (
+        "_sibling_outbox", "_sibling_inbox", "siblings", "sibling_broadcast")})
+    restored = pickle.loads(pickle.dumps(old))
+    assert restored.siblings == [] and restored.n_siblings == 0
+    restored.deliver(codec.encode(Envelope(0, HUB, 0, SPOKE, 0, 0, 0, "note", Kind.ONEWAY,
+                                           [["after restore"], {}])))
+    assert restored.notes == [("after restore",)] and restored.stats.duplicates == 0
