@@ -62,8 +62,8 @@ def test_a_follower_predicts_as_the_job_and_follows_new_versions(broker, tmp_pat
             mine = np.mean([p["prediction"] == held[i] for i, p in
                             zip(ids, follower.predict(0, [X[i].tolist() for i in ids]))])
             assert mine >= theirs - 0.02 and mine > 0.8, (mine, theirs)
-            print(f"forecasting records: follower {mine:.4f}, job {theirs:.4f}; held-out "
-                  f"digits: follower {np.mean(np.asarray(ours) == y[1500:]):.4f}")
+            measured = (f"forecasting records: follower {mine:.4f}, job {theirs:.4f}; held-out "
+                        f"digits: follower {np.mean(np.asarray(ours) == y[1500:]):.4f}")
 
             # omldm predict: the same predictions from the command line
             f = tmp_path / "records.jsonl"
@@ -91,8 +91,8 @@ def test_a_follower_predicts_as_the_job_and_follows_new_versions(broker, tmp_pat
             started = time.monotonic()
             follower.wait_for(0, version=newer["version"], timeout=30)
             waited = time.monotonic() - started
-            print(f"version {newer['version']} reached the follower {waited:.2f} s after the "
-                  f"export answered (interval {EVERY_MS} ms)")
+            print(f"{measured}; version {newer['version']} reached the follower {waited:.2f} s "
+                  f"after the export answered (interval {EVERY_MS} ms)")  # capsys: printed late
             assert waited < EVERY_MS / 1000 + 5.0
 
             # Delete: a tombstone, and the follower drops the model
