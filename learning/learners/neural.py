@@ -150,6 +150,42 @@ class _TorchTraining:
     _MUTABLE: ClassVar[tuple[str, ...]] = ("learning_rate", "weight_decay", "momentum",
                                            "loss_function")
 
+    # --- the flat vector (θ − θ₀; ``_size`` and ``_theta_device`` from the learner) -------
+
+    def _vector(self) -> np.ndarray:
+        from torch.nn.utils import parameters_to_vector
+
+        return parameters_to_vector(self._params()).detach().cpu().double().numpy().copy()
+
+    def get_params(self) -> np.ndarray:
+        """``θ − θ₀``: 1-D float64 (see the class docstring); size 0 before the network
+        is built."""
+        if not self._size():
+            return np.zeros(0)
+        return self._vector() - self._theta0
+
+    def set_params(self, w: np.ndarray) -> None:
+        """Set the weights to ``θ₀ + w`` (``w`` laid out as :meth:`get_params`).
+
+        Raises
+        ------
+        ValueError
+            If ``w`` is not 1-D of the size of :meth:`get_params`.
+        """
+        import torch
+        from torch.nn.utils import vector_to_parameters
+
+        w = np.asarray(w, dtype=np.float64)
+        size = self._size()
+        if w.ndim != 1 or w.size != size:
+            raise ValueError(f"expected a 1-D vector of {size} parameters, got shape {w.shape}")
+        if not size:
+            return
+        theta = torch.as_tensor(self._theta0 + w, dtype=torch.float32,
+                                device=self._theta_device())
+        with torch.no_grad():
+            vector_to_parameters(theta, self._params())
+
     def _make_optimizer(self) -> Any:
         import torch
 
@@ -496,40 +532,13 @@ class _TorchClassifier(_TorchTraining, Learner):
             targets = torch.as_tensor(index.rows(labels))
             return float(self._criterion(logits, targets, "sum"))
 
-    # --- the flat vector ----------------------------------------------------------------
+    # --- the flat vector (get_params / set_params: _TorchTraining) ------------------------
 
-    def _vector(self) -> np.ndarray:
-        from torch.nn.utils import parameters_to_vector
+    def _size(self) -> int:
+        return 0 if self._body is None else self._theta0.size
 
-        return parameters_to_vector(self._params()).detach().cpu().double().numpy().copy()
-
-    def get_params(self) -> np.ndarray:
-        """``θ − θ₀``: 1-D float64 (see the class docstring); size 0 before the network
-        is built."""
-        if self._body is None:
-            return np.zeros(0)
-        return self._vector() - self._theta0
-
-    def set_params(self, w: np.ndarray) -> None:
-        """Set the weights to ``θ₀ + w`` (``w`` laid out as :meth:`get_params`).
-
-        Raises
-        ------
-        ValueError
-            If ``w`` is not 1-D of the size of :meth:`get_params`.
-        """
-        import torch
-        from torch.nn.utils import vector_to_parameters
-
-        w = np.asarray(w, dtype=np.float64)
-        size = 0 if self._body is None else self._theta0.size
-        if w.ndim != 1 or w.size != size:
-            raise ValueError(f"expected a 1-D vector of {size} parameters, got shape {w.shape}")
-        if not size:
-            return
-        theta = torch.as_tensor(self._theta0 + w, dtype=torch.float32, device=self._W.device)
-        with torch.no_grad():
-            vector_to_parameters(theta, self._params())
+    def _theta_device(self) -> Any:
+        return self._W.device
 
     def layout(self) -> dict:
         """``{"classes", "n_features", "body", "width"}``: the vector is ``body`` numbers,
@@ -1063,42 +1072,6 @@ class MLPRegressor(_TorchTraining, Regressor):
         if not t.size:
             return float("nan")
         return float(np.mean((t - self._predict_array(X)) ** 2))
-
-    # --- the flat vector ----------------------------------------------------------------
-
-    def _vector(self) -> np.ndarray:
-        from torch.nn.utils import parameters_to_vector
-
-        return parameters_to_vector(self._params()).detach().cpu().double().numpy().copy()
-
-    def get_params(self) -> np.ndarray:
-        """``θ − θ₀``: 1-D float64 (see the class docstring); size 0 before the network
-        is built."""
-        if self._net is None:
-            return np.zeros(0)
-        return self._vector() - self._theta0
-
-    def set_params(self, w: np.ndarray) -> None:
-        """Set the weights to ``θ₀ + w`` (``w`` laid out as :meth:`get_params`).
-
-        Raises
-        ------
-        ValueError
-            If ``w`` is not 1-D of the size of :meth:`get_params`.
-        """
-        import torch
-        from torch.nn.utils import vector_to_parameters
-
-        w = np.asarray(w, dtype=np.float64)
-        size = self._size()
-        if w.ndim != 1 or w.size != size:
-            raise ValueError(f"expected a 1-D vector of {size} parameters, got shape {w.shape}")
-        if not size:
-            return
-        theta = torch.as_tensor(self._theta0 + w, dtype=torch.float32,
-                                device=self._theta_device())
-        with torch.no_grad():
-            vector_to_parameters(theta, self._params())
 
     def layout(self) -> dict:
         """``{"n_features", "size"}``: the record width (None until known) and the vector's
