@@ -186,6 +186,37 @@ class _TorchTraining:
         with torch.no_grad():
             vector_to_parameters(theta, self._params())
 
+    def _load_network(self, parameters: dict) -> None:
+        """Build the network for ``parameters["n_features"]`` (nothing without it) and
+        load ``params`` (the absolute weights θ) and the optimizer's state.
+
+        Raises
+        ------
+        learning.errors.ParameterError
+            ``n_features`` missing with ``params``, or invalid; ``params`` not
+            ``self._theta0.size`` finite numbers.
+        """
+        d = parameters.get("n_features")
+        if d is None:
+            if parameters.get("params"):
+                raise ParameterError("n_features", "n_features is required with params")
+            return
+        try:
+            self._build(check_n_features(d))
+        except ValueError as e:
+            raise ParameterError("n_features", str(e)) from None
+        params = parameters.get("params")
+        if params is not None:
+            try:
+                theta = np.asarray(params, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ParameterError("params", "params must hold numbers") from None
+            if theta.shape != self._theta0.shape or not np.all(np.isfinite(theta)):
+                raise ParameterError("params", f"params must be {self._theta0.size} finite "
+                                     f"numbers, got shape {theta.shape}")
+            self.set_params(theta - self._theta0)
+        _load_optimizer(self._opt, parameters.get("optimizer") or [])
+
     def _make_optimizer(self) -> Any:
         import torch
 
@@ -628,26 +659,7 @@ class _TorchClassifier(_TorchTraining, Learner):
         self._reset()
         for label in classes:
             self._labels.add(label)
-        d = parameters.get("n_features")
-        if d is None:
-            if parameters.get("params"):
-                raise ParameterError("n_features", "n_features is required with params")
-            return
-        try:
-            self._build(check_n_features(d))
-        except ValueError as e:
-            raise ParameterError("n_features", str(e)) from None
-        params = parameters.get("params")
-        if params is not None:
-            try:
-                theta = np.asarray(params, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise ParameterError("params", "params must hold numbers") from None
-            if theta.shape != self._theta0.shape or not np.all(np.isfinite(theta)):
-                raise ParameterError("params", f"params must be {self._theta0.size} finite "
-                                     f"numbers, got shape {theta.shape}")
-            self.set_params(theta - self._theta0)
-        _load_optimizer(self._opt, parameters.get("optimizer") or [])
+        self._load_network(parameters)
 
 
 class MLP(_TorchClassifier):
@@ -1147,23 +1159,4 @@ class MLPRegressor(_TorchTraining, Regressor):
             raise ParameterError(name, f"unknown parameter {name!r} for {type(self).__name__}"
                                  f"; expected {', '.join(sorted(known))}")
         self._reset()
-        d = parameters.get("n_features")
-        if d is None:
-            if parameters.get("params"):
-                raise ParameterError("n_features", "n_features is required with params")
-            return
-        try:
-            self._build(check_n_features(d))
-        except ValueError as e:
-            raise ParameterError("n_features", str(e)) from None
-        params = parameters.get("params")
-        if params is not None:
-            try:
-                theta = np.asarray(params, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise ParameterError("params", "params must hold numbers") from None
-            if theta.shape != self._theta0.shape or not np.all(np.isfinite(theta)):
-                raise ParameterError("params", f"params must be {self._theta0.size} finite "
-                                     f"numbers, got shape {theta.shape}")
-            self.set_params(theta - self._theta0)
-        _load_optimizer(self._opt, parameters.get("optimizer") or [])
+        self._load_network(parameters)
