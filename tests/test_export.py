@@ -213,3 +213,23 @@ def test_an_export_answer_follows_the_response_schema():
     net, body, _, _ = _round_trip("PA", m=2)
     net.request({"id": 1, "request": "Query", "requestId": "s", "export": True})
     jsonschema.validate(net.outputs["responses"][-1], schema)
+
+
+@pytest.mark.parametrize("protocol", ["FDA", "EVENFLOW"])
+def test_the_dynamic_protocols_export(protocol):
+    """FDA's hub once kept its open poll's answer in an attribute named like the node's
+    method that answers plain return values, so its ``export_shard`` answer failed."""
+    spec, task, width = LEARNERS["PA"]
+    net = LocalNetwork(n_spokes=3, n_hubs=2)  # spoke 0 gathers both shards: export_shard
+    req = _create(0, spec, task, width, protocol, m=2)
+    req["trainingConfiguration"]["threshold"] = 0.01
+    net.request(req)
+    net.stream(_records(240, width, task, seed=1))
+    body = _export(net, 0)["export"]
+    hubs = [k.nodes[0] for k in net.hub_kernels]
+    whole = np.concatenate([h.shard() for h in hubs])
+    exported = make_pipeline(body["preProcessors"], body["learner"]).learner.get_params()
+    assert body["trainingConfiguration"]["protocol"] == protocol and hubs[0].rounds > 0
+    assert exported.shape == whole.shape and np.any(exported != 0)
+    if hubs[0].updates == body["version"]:  # no round ended after the export's (the
+        np.testing.assert_array_equal(exported, whole)  # Query's partial mini-batches may)

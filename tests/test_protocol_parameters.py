@@ -195,7 +195,7 @@ def test_the_nodes_read_the_declaration():
     assert ssp.STALENESS.of({}) == 2 and ssp.STALENESS.of({"staleness": 7.0}) == 7
     assert easgd.elastic_rate({"alpha": 0.5, "rho": 0.5}) == 0.25
     assert fda.PARAMETERS.of({"threshold": 2}) == {"variant": "naive", "threshold": 2.0,
-                                                   "precision": 0.25}
+                                                   "precision": 0.25, "waitOnIncrement": True}
     assert evenflow.PARAMETERS.of({"threshold": 1})["coefficients"] == 50
     with pytest.raises(RequestError):
         evenflow.PARAMETERS.of({"protocol": "EVENFLOW"})
@@ -350,3 +350,21 @@ def test_an_update_that_breaks_a_rule_once_merged_is_refused_whole():
     net.request({"id": 3, "request": "Update", "requestId": "v", "trainingConfiguration": {"rho": 2.0}})
     assert net.outputs["responses"][-1]["status"] == "ok"
     assert all(n.request.training_configuration["rho"] == 2.0 for n in net.spokes + net.hubs)
+
+
+def test_a_boolean_parameter_takes_json_true_and_false_only():
+    p = Param("b", bool, True, "d")
+    assert p.validate(True) is True and p.validate(False) is False
+    for bad in (1, 0, "true", None, 1.0, []):
+        with pytest.raises(RequestError, match="b must be true or false"):
+            p.validate(bad)
+    assert p.schema() == {"description": "d", "type": "boolean", "default": True}
+    assert p.of({}) is True and p.of({"b": False}) is False
+    with pytest.raises(ValueError):
+        Param("b", bool, True, "d", interval="[0, 1]")
+    with pytest.raises(ValueError):
+        Param("b", bool, 1, "d")  # a default of another type
+    r = parse_request(create("FDA", threshold=1, waitOnIncrement=False))
+    assert r.training_configuration["waitOnIncrement"] is False
+    with pytest.raises(RequestError, match="waitOnIncrement"):
+        parse_request(create("FDA", threshold=1, waitOnIncrement=1))

@@ -496,10 +496,15 @@ class EvenFlowSpoke(ShardedSpoke):
             self.requested = True
             self.requests += 1
             self.peers[0].violation(self.ev_round, self.ctx.index)
+            # the round ends: push now rather than when hub 0's begin_sync comes back (a
+            # feedback round trip, records this spoke would train on past its violation)
+            self.in_sync = True
+            self.sync_models(self._new_round)
 
     @remote(oneway=True)
     def begin_sync(self, round_: int) -> None:
-        """Hub 0 ends round ``round_``: push and wait for the average."""
+        """Hub 0 ends round ``round_``: push and wait for the average (the spoke whose
+        violation ended it pushed already)."""
         if round_ != self.ev_round or self.in_sync:
             return
         self.in_sync = True

@@ -96,9 +96,16 @@ VARIANT = Param("variant", str, "naive", "the local state S_i and its function F
 #: ``trainingConfiguration.precision``: ε = δ of the AMS sketch
 PRECISION = Param("precision", float, 0.25, "ε = δ of the sketch variant's AMS sketch",
                   interval="(0, 1)")
+#: ``trainingConfiguration.waitOnIncrement``: a spoke pauses until the coordinator has
+#: its counter increment (see the module docstring, "Increments in the job")
+WAIT_ON_INCREMENT = Param("waitOnIncrement", bool, True, "a spoke that sends an FGM counter "
+                          "increment pauses its stream until hub 0 has taken it in (and "
+                          "polled, if that ends the subround): no training past a violation "
+                          "while the feedback loop carries the poll; false: §4.0.5's one-way "
+                          "increments")
 #: FDA's declaration (:mod:`learning.protocols.parameters`)
 PARAMETERS = ProtocolParams(reference="papers/002 ch. 4 (eq. 4.1, §4.0.4–4.0.5)",
-                            params=(VARIANT, THRESHOLD, PRECISION))
+                            params=(VARIANT, THRESHOLD, PRECISION, WAIT_ON_INCREMENT))
 
 
 def sketch_shape(precision: float) -> tuple[int, int]:
@@ -347,14 +354,29 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         self._zetas: dict[int, float] = {}
         self._polling = False
         self._states: dict[int, tuple[np.ndarray, int]] = {}
-        self._answer: BroadcastPromise | None = None
+        self._decision: BroadcastPromise | None = None  # the open poll's answer
         # sketch variant: the last poll found real sketches (not the exact drift of a
         # small model, whose poll costs what a subround costs): use subrounds
         self._sketched = True
 
+    def __setstate__(self, state: dict) -> None:
+        """A hub pickled when the open poll's answer was called ``_answer`` (it hid
+        :meth:`middleware.node.Node._answer`, which answers every plain return value)."""
+        if "_answer" in state:
+            state = dict(state)
+            state["_decision"] = state.pop("_answer")
+        super().__setstate__(state)
+
     def update(self, request) -> None:
         super().update(request)
         self.theta = THRESHOLD.of(self.request.training_configuration)
+
+    @remote
+    def increment_waiting(self, round_: int, fgm: int, spoke: int, count: int,
+                          sub: int = 0) -> None:
+        """:meth:`increment`, answered (None) once taken in: a poll it starts goes out to
+        the spokes before the answer (``waitOnIncrement``)."""
+        self.increment(round_, fgm, spoke, count, sub)
 
     @remote(oneway=True)
     def increment(self, round_: int, fgm: int, spoke: int, count: int, sub: int = 0) -> None:
@@ -400,14 +422,14 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         """Spoke ``spoke``'s local state for a poll; answered to all once all replied with
         ``{"action": "continue", "E"}`` (the new estimate; float32 for the sketch variant) or
         ``{"action": "sync"}``."""
-        if self._answer is None:
-            self._answer = BroadcastPromise()
+        if self._decision is None:
+            self._decision = BroadcastPromise()
             self._states = {}
         self._states[spoke] = (np.asarray(S, dtype=np.float64), int(size))
-        p = self._answer
+        p = self._decision
         if len(self._states) == self.n_peers:
             p.fulfil(self._decide())
-            self._answer, self._states = None, {}
+            self._decision, self._states = None, {}
         return p
 
     def _decide(self) -> dict:
@@ -451,6 +473,10 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         return out
 
 
+def _ignore(_value) -> None:
+    pass
+
+
 class FunctionalDynamicAveragingSpoke(ShardedSpoke):
     """An FDA worker: train, keep the local state, send FGM counter increments, answer
     polls, and average when the coordinator ends the round."""
@@ -461,7 +487,7 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         super().__init__(request)
         values = PARAMETERS.of(request.training_configuration)
         self.variant, self.theta = values["variant"], values["threshold"]
-        self.eps = values["precision"]
+        self.eps, self.wait_on_increment = values["precision"], values["waitOnIncrement"]
         self._sketches: dict[int, AmsSketch] = {}
         self.fda_round = 0
         self.increments = 0
@@ -473,6 +499,7 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
     def on_update(self) -> None:
         super().on_update()
         self.theta = THRESHOLD.of(self.request.training_configuration)
+        self.wait_on_increment = WAIT_ON_INCREMENT.of(self.request.training_configuration)
 
     # -- local state -----------------------------------------------------------------------
     def delta(self) -> np.ndarray:
@@ -532,7 +559,12 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         if count > self.sent:
             self.sent = count
             self.increments += 1
-            self.peers[0].increment(self.fda_round, self.fgm, self.ctx.index, count, self.sub)
+            if self.wait_on_increment:
+                self.wait_on(self.peers[0].increment_waiting(
+                    self.fda_round, self.fgm, self.ctx.index, count, self.sub), _ignore)
+            else:
+                self.peers[0].increment(self.fda_round, self.fgm, self.ctx.index, count,
+                                        self.sub)
 
     @remote
     def zeta(self, round_: int, fgm: int, sub: int):

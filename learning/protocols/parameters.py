@@ -37,7 +37,7 @@ __all__ = ["Param", "Rule", "ProtocolParams", "TRAINING_PARAMETERS", "TRAINING_D
            "configuration_schema", "parameter_table"]
 
 _TYPES = {int: ("integer", "an integer"), float: ("number", "a number"),
-          str: ("string", "a string")}
+          str: ("string", "a string"), bool: ("boolean", "true or false")}
 #: a string parameter without choices is a name: 1 to this many characters
 NAME_LENGTH = 128
 
@@ -47,7 +47,10 @@ def _field(name: str) -> str:
 
 
 def _text(v: Any) -> str:
-    """A value as the Markdown table and the messages write it: ``2``, ``0.25``, ``naive``."""
+    """A value as the Markdown table and the messages write it: ``2``, ``0.25``, ``naive``,
+    ``true`` (as JSON writes it)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
     if isinstance(v, float):
         return format(v, "g")
     return str(v)
@@ -63,8 +66,8 @@ class Param:
         The JSON key, e.g. ``"staleness"``.
     type : type
         ``int`` (JSON integers; ``64.0`` is accepted as ``64``), ``float`` (any finite JSON
-        number, returned as float) or ``str``.
-    default : int, float, str or None
+        number, returned as float), ``str`` or ``bool`` (JSON ``true``/``false`` only).
+    default : int, float, str, bool or None
         The value when the key is absent; None: none (the node decides, or ``required``).
     description : str
         One line: what it is, with its unit and the paper's symbol where there is one.
@@ -108,10 +111,11 @@ class Param:
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
-            raise ValueError(f"{self.name}: type must be int, float or str, got {self.type!r}")
+            raise ValueError(f"{self.name}: type must be int, float, str or bool, got "
+                             f"{self.type!r}")
         if self.interval is not None:
-            if self.type is str:
-                raise ValueError(f"{self.name}: a string has no interval")
+            if self.type in (str, bool):
+                raise ValueError(f"{self.name}: a {_TYPES[self.type][0]} has no interval")
             lo, hi = self.bounds()
             if lo is not None and hi is not None and lo > hi:
                 raise ValueError(f"{self.name}: empty interval {self.interval}")
@@ -145,6 +149,8 @@ class Param:
         kind = _TYPES[self.type][1]
         if self.type is str:
             return f"a name of 1 to {NAME_LENGTH} characters"
+        if self.type is bool:
+            return kind
         lo, hi = self.bounds()
         if lo is None and hi is None:
             return kind
@@ -170,7 +176,7 @@ class Param:
             out["enum"] = list(self.choices)
         elif self.type is str:
             out.update(minLength=1, maxLength=NAME_LENGTH)
-        else:
+        elif self.type is not bool:
             lo, hi = self.bounds()
             lo_open, hi_open = self._open() if self.interval is not None else (False, False)
             if lo is not None:
@@ -201,6 +207,10 @@ class Param:
         if self.type is str:
             if not isinstance(value, str) or not 1 <= len(value) <= NAME_LENGTH \
                     or (self.choices is not None and value not in self.choices):
+                raise self.error(value)
+            return value
+        if self.type is bool:
+            if not isinstance(value, bool):
                 raise self.error(value)
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
