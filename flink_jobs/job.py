@@ -6,7 +6,7 @@
     psMessages ─ Kafka source ─ destination's key ────┴─ key by spoke┘              │       dead letters
                                                                                     └ key_by hub id ─ hubs (KeyedProcess)
     hubs ─ psMessages (the feedback loop, read back above); hubs ─ responses; hubs ─ weights
-    spokes ─ side: to spokes ─ psMessages (spoke→spoke envelopes, routed back by destination)
+    spokes ─ side: to spokes ─ psMessages (spoke→spoke sibling frames, routed back by destination)
 
 Records cross from the JVM into Python once, at the spokes: SQL tags each record with the
 topic it came from (the Kafka connector's ``topic`` metadata column) and picks its spoke's
@@ -181,8 +181,10 @@ def _keyed(ds: DataStream, value_type) -> KeyedStream:
 
 
 class _ToSpokes:
-    """Requests go to every spoke key; hub→spoke frames and spoke→spoke envelopes to their
-    destination's key (malformed bytes to spoke 0, which counts and answers them)."""
+    """Requests go to every spoke key; hub→spoke frames, spoke→spoke sibling frames (their
+    envelopes, acknowledgements and resyncs) and bare envelopes (a version before sibling
+    frames) to their destination's key (malformed bytes to spoke 0, which counts and
+    answers them)."""
 
     def __init__(self, spoke_keys: list[int]) -> None:
         self.spoke_keys = spoke_keys
@@ -190,9 +192,9 @@ class _ToSpokes:
     def __call__(self, data):
         data = bytes(data)
         kind = codec.wire_kind(data)
-        # hub→spoke, framed (operators.feedback); spoke→spoke, a bare envelope
-        if kind is Wire.FRAME or kind is Wire.ENVELOPE:
-            if kind is Wire.FRAME:
+        # hub→spoke and spoke→spoke, framed (operators.feedback); a bare envelope
+        if kind is Wire.FRAME or kind is Wire.SIBLING or kind is Wire.ENVELOPE:
+            if kind is not Wire.ENVELOPE:
                 dst = codec.frame_destination(data)
             else:
                 try:
@@ -338,8 +340,8 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
     # were dealt to several writers, and a spoke's channel reached the topic out of order
     (hubs.sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-out")
      .uid("psMessages-sink").set_parallelism(cfg.hubs))
-    # spoke→spoke envelopes (sibling channels, e.g. TensAIR): one writer per spoke (a
-    # forward edge); the receiver's middleware puts each channel back in order anyway
+    # spoke→spoke sibling frames (sibling channels, e.g. TensAIR): one writer per spoke (a
+    # forward edge), so each channel reaches the topic in order, as the hubs' frames do
     (spokes.get_side_output(to_spokes_tag)
      .sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-spokes")
      .uid("psMessages-spokes-sink").set_parallelism(cfg.spokes))

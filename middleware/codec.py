@@ -9,6 +9,9 @@ first     kind                       what
 ``0xFF``  envelope (:func:`encode`)  a node's message (papers/002 §3.2.1), below
 ``0xFE``  frame (:func:`frame`)      a hub→spoke envelope on ``psMessages`` with its hub's
                                      incarnation (:mod:`operators.feedback`)
+``0xFC``  sibling frame              a spoke→spoke record on ``psMessages``: an envelope
+          (:func:`sibling_frame`)    with its spoke kernel's incarnation, or that channel's
+                                     bookkeeping (resync, answer, acknowledgement)
 ``0xFD``  control (:func:`control`)  a kernel's bookkeeping, spoke→hub: pipeline
                                      lifecycle, acknowledgements, resync (JSON object)
 other     request                    a user's JSON control request (``requests`` topic)
@@ -58,17 +61,21 @@ import orjson
 from middleware.envelope import Envelope, Kind
 from middleware.errors import CodecError
 
-__all__ = ["MAGIC", "FRAME_MAGIC", "CONTROL_MAGIC", "HEADER", "FRAME", "Wire", "wire_kind", "Sparse", "Float32",
+__all__ = ["MAGIC", "FRAME_MAGIC", "CONTROL_MAGIC", "SIBLING_MAGIC", "HEADER", "FRAME",
+           "SIBLING_FRAME", "Wire", "wire_kind", "Sparse", "Float32",
            "encode", "decode", "peek", "header", "Route", "Header", "is_envelope",
-           "Frame", "frame", "unframe", "is_frame", "frame_destination", "control",
+           "Frame", "frame", "unframe", "is_frame", "SiblingOp", "SiblingFrame", "sibling_frame",
+           "unframe_sibling", "is_sibling_frame", "frame_destination", "control",
            "read_control", "record_batch", "read_batch"]
 
 MAGIC = 0xFF
 FRAME_MAGIC = 0xFE
 CONTROL_MAGIC = 0xFD
+SIBLING_MAGIC = 0xFC
 VERSION = 1
 HEADER = struct.Struct("<BBIBHBHQQBHI")
 FRAME = struct.Struct("<BqqIiHHq")
+SIBLING_FRAME = struct.Struct("<BBqqQiHHqqQ")
 
 
 class Wire(enum.Enum):
@@ -77,12 +84,13 @@ class Wire(enum.Enum):
     ENVELOPE = MAGIC
     FRAME = FRAME_MAGIC
     CONTROL = CONTROL_MAGIC
+    SIBLING = SIBLING_MAGIC
     REQUEST = 0  # anything else: a user's JSON request, or garbage
 
 
 def wire_kind(data: bytes) -> Wire:
-    """The kind of ``data`` by its first byte (0xFF/0xFE/0xFD never start valid UTF-8,
-    so a JSON request is never mistaken for the others)."""
+    """The kind of ``data`` by its first byte (0xFF/0xFE/0xFD/0xFC never start valid
+    UTF-8, so a JSON request is never mistaken for the others)."""
     first = data[0] if data else 0
     if first == MAGIC:
         return Wire.ENVELOPE
@@ -90,6 +98,8 @@ def wire_kind(data: bytes) -> Wire:
         return Wire.FRAME
     if first == CONTROL_MAGIC:
         return Wire.CONTROL
+    if first == SIBLING_MAGIC:
+        return Wire.SIBLING
     return Wire.REQUEST
 
 
@@ -332,9 +342,87 @@ def unframe(data: bytes) -> tuple[Frame, bytes]:
     return Frame._make(FRAME.unpack_from(data)[1:]), data[FRAME.size:]
 
 
+# -- sibling frames: spoke→spoke records on psMessages (operators.feedback) ----------------
+
+class SiblingOp(enum.IntEnum):
+    """What a sibling frame carries (:func:`sibling_frame`)."""
+
+    DATA = 0    # an envelope of the channel src → dst
+    ANSWER = 1  # src's answer to dst's resync ``nonce`` (no body)
+    RESYNC = 2  # src, just restored, asks dst where dst's timeline is (``nonce``; no body)
+    ACK = 3     # only the acknowledgement fields (no body)
+
+
+class SiblingFrame(NamedTuple):
+    """A sibling frame's header (58 bytes, ``<BBqqQiHHqqQ`` after the magic 0xFC).
+
+    ``op`` (:class:`SiblingOp`); the sending spoke kernel's ``incarnation``, the one it
+    restored from (``prev``, 0: none) and the channel's ``base`` (the sequence number the
+    restored sender resumed at on the channel ``src`` → ``dst``), as in a hub frame
+    (:class:`Frame`); the route (``network``, spoke ``src`` → spoke ``dst``); ``nonce``:
+    the resync that an ANSWER answers or a RESYNC asks (0: none). Every op also carries an
+    acknowledgement of the reverse channel, ``dst`` → ``src``: ``src`` has delivered
+    every envelope numbered below ``ack`` that ``dst``'s incarnation ``ack_incarnation``
+    sent it (0: no acknowledgement). See :mod:`operators.feedback`."""
+
+    op: int
+    incarnation: int
+    prev: int
+    base: int
+    network: int
+    src: int
+    dst: int
+    nonce: int
+    ack_incarnation: int
+    ack: int
+
+
+def sibling_frame(op: SiblingOp, inc: int, prev: int, base: int, network: int, src: int,
+                  dst: int, body: bytes = b"", nonce: int = 0, ack_inc: int = 0,
+                  ack: int = 0) -> bytes:
+    """A framed spoke→spoke record (``body``: envelope bytes for :attr:`SiblingOp.DATA`,
+    empty otherwise); the fields are those of :class:`SiblingFrame`.
+
+    Raises
+    ------
+    CodecError
+        When a field is out of range (e.g. a spoke index above 65535).
+    """
+    try:
+        return SIBLING_FRAME.pack(SIBLING_MAGIC, int(op), inc, prev, base, network, src, dst,
+                                  nonce, ack_inc, ack) + body
+    except struct.error as exc:
+        raise CodecError(f"sibling frame header out of range: {exc}") from exc
+
+
+def is_sibling_frame(data: bytes) -> bool:
+    return len(data) >= SIBLING_FRAME.size and data[0] == SIBLING_MAGIC
+
+
+def unframe_sibling(data: bytes) -> tuple[SiblingFrame, bytes]:
+    """``(SiblingFrame, body)``.
+
+    Raises
+    ------
+    CodecError
+        When ``data`` is not a sibling frame, or its op is unknown.
+    """
+    if not is_sibling_frame(data):
+        raise CodecError(f"not a sibling frame ({len(data)} bytes)")
+    head = SiblingFrame._make(SIBLING_FRAME.unpack_from(data)[1:])
+    if head.op > SiblingOp.ACK:
+        raise CodecError(f"unknown sibling frame op {head.op}")
+    return head, data[SIBLING_FRAME.size:]
+
+
 def frame_destination(data: bytes) -> int:
-    """The spoke index a frame goes to (-1 when ``data`` is not a frame)."""
-    return FRAME.unpack_from(data)[6] if is_frame(data) else -1
+    """The spoke index a hub frame or a sibling frame goes to (-1 when ``data`` is
+    neither)."""
+    if is_frame(data):
+        return FRAME.unpack_from(data)[6]
+    if is_sibling_frame(data):
+        return SIBLING_FRAME.unpack_from(data)[7]
+    return -1
 
 
 # -- controls: a kernel's bookkeeping, spoke→hub -------------------------------------------

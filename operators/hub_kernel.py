@@ -24,7 +24,7 @@ from learning.requests import parse_request
 from middleware import HUB, codec
 from middleware.codec import Wire
 from middleware.errors import CodecError
-from operators.feedback import ResendWindow, new_incarnation
+from operators.feedback import RESEND_AFTER_S, ResendWindow, new_incarnation
 from operators.service import error_response, limits_of
 from operators.weights import Publisher
 
@@ -32,7 +32,6 @@ __all__ = ["HubKernel", "HubContext"]
 
 log = logging.getLogger(__name__)
 LOG_EVERY_S = 5.0  # seconds between a pipeline's progress lines in the job's log
-RESEND_AFTER_S = 2.0  # an unacknowledged hub→spoke frame older than this is sent again
 _NO_BACKLOG: deque = deque(maxlen=0)  # hubs have no stream: nothing is ever held
 
 

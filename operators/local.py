@@ -5,7 +5,8 @@ in-memory transport standing in for Flink and Kafka (papers/002 §3.2.1).
 one :class:`~operators.hub_kernel.HubKernel` per hub, the very objects the Flink operators
 host (:mod:`operators.spoke`, :mod:`operators.hub`), and carries their outputs to each
 other as the job does: spoke→hub envelopes and kernel controls to the hub kernels,
-hub→spoke frames and spoke→spoke envelopes (the ``psMessages`` loop) to the spoke kernels;
+hub→spoke frames and spoke→spoke sibling frames with their acknowledgements and resyncs
+(the ``psMessages`` loop) to the spoke kernels;
 predictions, responses
 and dead letters to :attr:`LocalNetwork.outputs`. So pausing, backlogs, frames,
 acknowledgements, lifecycle requests and service policy are the job's code; what differs
@@ -86,8 +87,8 @@ class _Sink(list):
                 key, data = value
                 net._put(HUB, key, data)
                 return
-            if stream == SPOKES:  # a sibling channel's envelope (psMessages in the job)
-                net._put(SPOKE, codec.peek(value).dst_index, value)
+            if stream == SPOKES:  # a sibling frame (psMessages in the job)
+                net._put(SPOKE, codec.frame_destination(value), value)
                 return
         elif stream is None:  # a hub's frame for psMessages
             net._put(SPOKE, codec.frame_destination(value), value)
@@ -256,8 +257,9 @@ class LocalNetwork:
     # -- transport -----------------------------------------------------------------------
     def _put(self, side: int, index: int, data: bytes) -> None:
         kind = codec.wire_kind(data)
-        counted = kind is not Wire.CONTROL and not (
-            kind is Wire.FRAME and len(data) <= codec.FRAME.size)  # a resync answer
+        counted = kind is not Wire.CONTROL and not (  # a resync answer, an acknowledgement
+            kind is Wire.FRAME and len(data) <= codec.FRAME.size
+            or kind is Wire.SIBLING and len(data) <= codec.SIBLING_FRAME.size)
         self._queue.append((side, index, data, counted))
         self._counted += counted
 

@@ -12,13 +12,15 @@ Python once, here: parse, route to every pipeline, preprocess, predict or buffer
 mini-batch, fit — record by record, in the order they came.
 
 Input 2 carries messages as bytes: hub→spoke envelopes in incarnation frames (first byte
-0xFE, :mod:`operators.feedback`, :func:`middleware.codec.frame`, read back from the ``psMessages`` topic: the Kafka
-feedback loop) and JSON control requests, one copy per spoke key.
+0xFE, :mod:`operators.feedback`, :func:`middleware.codec.frame`, read back from the
+``psMessages`` topic: the Kafka feedback loop), spoke→spoke envelopes and their channels'
+bookkeeping in sibling frames (first byte 0xFC, :func:`middleware.codec.sibling_frame`, the
+same topic) and JSON control requests, one copy per spoke key.
 
 Outputs: predictions (main output, JSON strings), spoke→hub messages (side output
 ``(hub_key, bytes)``, keyed by hub id downstream), spoke→spoke messages (side output of
-envelope bytes, written to ``psMessages`` and routed back by destination spoke), responses
-and dead letters (JSON).
+sibling frame bytes, written to ``psMessages`` and routed back by destination spoke),
+responses and dead letters (JSON).
 
 Everything a spoke holds (pipelines, local models, preprocessor statistics, mini-batch
 buffers, protocol state, middleware sequence numbers and pending promises, counters) is one
@@ -62,8 +64,10 @@ class SpokeFunction(KeyedCoProcessFunction):
     to_hubs_tag, responses_tag, dead_letters_tag : OutputTag
         Side outputs.
     to_spokes_tag : OutputTag, optional
-        Side output of spoke→spoke envelopes (bytes); without it a protocol that talks to
-        sibling spokes fails when it sends.
+        Side output of sibling frames (bytes): spoke→spoke envelopes, and the resyncs and
+        acknowledgements every pipeline's spokes exchange after a restore and at a Query.
+        Without it they are dropped, and a protocol that talks to sibling spokes waits for
+        good.
     protocol_modules : tuple[str, ...]
         Modules registering user protocols, imported in ``open``.
     persist : bool
@@ -125,7 +129,10 @@ class SpokeFunction(KeyedCoProcessFunction):
             out, kernel.out = kernel.out, []
             tags = self.tags
             for stream, value in out:
-                yield value if stream is None else (tags[stream], value)
+                if stream is None:
+                    yield value
+                elif tags[stream] is not None:
+                    yield tags[stream], value
 
     def process_element1(self, value, ctx):
         kernel = self._kernel()

@@ -5,8 +5,9 @@ three kinds of input: data records (:meth:`SpokeKernel.on_data`, one per crossin
 :meth:`SpokeKernel.on_batch`, batches assembled in Java by ``omldm.RecordBatcher``,
 :func:`middleware.codec.record_batch`),
 messages (:meth:`SpokeKernel.on_message`: hub→spoke envelopes in incarnation frames read
-back from ``psMessages``, spoke→spoke envelopes (sibling channels, unframed) read back from
-the same topic, and JSON control requests, one copy per spoke), and, for callers
+back from ``psMessages``, spoke→spoke envelopes (sibling channels) in sibling frames read
+back from the same topic with their channels' bookkeeping, and JSON control requests, one
+copy per spoke), and, for callers
 that drive nodes directly (the in-process kernel's tests), :meth:`SpokeKernel.feed`.
 Outputs accumulate in :attr:`SpokeKernel.out` for the host to send on: the Flink operator
 (:mod:`operators.spoke`) or the in-process kernel (:mod:`operators.local`).
@@ -31,9 +32,9 @@ from learning.protocols import make_spoke
 from learning.protocols.base import dead_letter
 from learning.requests import parse_request
 from middleware import SPOKE, codec
-from middleware.codec import Wire
+from middleware.codec import SiblingOp, Wire
 from middleware.errors import CodecError
-from operators.feedback import SpokeChannels
+from operators.feedback import RESEND_AFTER_S, ResendWindow, SpokeChannels, new_incarnation
 from operators.service import (check_execution_mode, check_sizes, error_response, limits_of)
 
 __all__ = ["SpokeKernel", "SpokeContext", "HUBS", "SPOKES"]
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 NUDGE_EVERY_S = 1.0  # a paused spoke acknowledges its hub channels at most this often
 _TRAIN = "T"  # the SQL source's tag of training records; forecasting ones are "P"
 HUBS = "hubs"  # names of the kernel's outputs; None is the main output (predictions)
-SPOKES = "spokes"  # spoke→spoke envelopes (sibling channels), bytes, for psMessages
+SPOKES = "spokes"  # spoke→spoke sibling frames (operators.feedback), bytes, for psMessages
 
 
 class SpokeContext:
@@ -75,7 +76,7 @@ class SpokeContext:
         if not 0 <= dst_index < self.n_spokes or dst_index == self.index:
             raise ValueError(f"pipeline {self.network}: spoke {self.index} has no sibling "
                              f"spoke {dst_index} (of {self.n_spokes})")
-        self._op.out.append((SPOKES, data))
+        self._op.send_sibling(self.network, dst_index, data)
 
     def pause_stream(self) -> None:
         self._op.paused += 1
@@ -108,14 +109,25 @@ class SpokeKernel:
 
     Outputs accumulate in :attr:`out` as ``(stream, value)``: stream ``None`` (a
     prediction, JSON), :data:`HUBS` (``(hub_key, bytes)``: envelopes and kernel controls,
-    :func:`middleware.codec.control`), :data:`SPOKES` (bytes: an envelope for another
-    spoke, which the job writes to ``psMessages`` and routes back by its destination),
-    ``"responses"`` or ``"deadLetters"`` (JSON). The host takes them after each call.
+    :func:`middleware.codec.control`), :data:`SPOKES` (bytes: a sibling frame for another
+    spoke, :func:`middleware.codec.sibling_frame`, which the job writes to ``psMessages``
+    and routes back by its destination), ``"responses"`` or ``"deadLetters"`` (JSON). The
+    host takes them after each call.
 
-    Spoke→spoke envelopes are not framed: a restore of the sending spoke may send again,
-    under the same sequence numbers, updates its dead timeline had sent; the receiver's
-    middleware inbox drops the second copies (exactly once per sequence number, never
-    twice), so such an update is applied at most once but may be the dead timeline's.
+    Spoke→spoke envelopes travel in sibling frames (:mod:`operators.feedback`), as
+    hub→spoke envelopes travel in hub frames: this kernel frames what its nodes send to
+    sibling spokes with its own :attr:`incarnation` (new at creation and at every restore),
+    keeps each frame until the receiving spoke acknowledges it and sends again what is
+    more than :data:`RESEND_AFTER_S` overdue when a frame from the receiver comes and the
+    receiver's acknowledgements have not grown for as long (a lost record, not a slow
+    loop: :class:`~operators.feedback.ResendWindow` ``on_stall``); a restored
+    kernel holds each sibling channel into it until the sending spoke answers its resync,
+    then delivers the valid held messages in order and drops those of the dead timeline
+    (``deadSiblingMessagesDropped``). So across restores each sibling update is applied
+    exactly once, and never one that the restore discarded. Acknowledgements ride on every
+    sibling frame; alone (op ``ACK``) when a copy of what arrived comes again, once a
+    second while waiting (:meth:`_nudge`) and at every Query (a spoke that sends nothing
+    more, at the end of a stream, acknowledges what it got).
 
     Attributes
     ----------
@@ -155,6 +167,22 @@ class SpokeKernel:
         self.nudged = 0.0
         self.clock: Callable[[], float] = time.monotonic
         self.reraise = False  # let a node's failure propagate after counting it
+        # sibling frames (operators.feedback): this kernel as the sender of its spokes'
+        # sibling channels
+        self.incarnation = new_incarnation()
+        self.prev_incarnation = 0
+        self.sibling_bases: dict[tuple[int, int], int] = {}  # (network, spoke) -> base
+        self.window = ResendWindow(on_stall=True)  # sibling frames not yet acknowledged
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling (a kernel restored from Flink state): a kernel pickled before sibling
+        frames existed gets an incarnation and an empty resend window (:meth:`restored`
+        then draws the next one); unframed sibling envelopes its dead timeline left on
+        ``psMessages`` are still delivered as before (at most once each)."""
+        self.__dict__.update(state)
+        if "window" not in state:
+            self.incarnation, self.prev_incarnation = new_incarnation(), 0
+            self.sibling_bases, self.window = {}, ResendWindow(on_stall=True)
 
     def acknowledge(self, network: int, hub: int, force: bool = False) -> None:
         """Tell hub ``hub`` how far pipeline ``network``'s channel from it got, when that
@@ -172,12 +200,13 @@ class SpokeKernel:
             {"op": "ack", "spoke": self.index, "network": network, "expected": expected}))))
 
     def _nudge(self) -> None:
-        """While waiting on hubs (stream paused, or a remote call not yet answered),
-        acknowledge every channel at most once per :data:`NUDGE_EVERY_S` seconds: a hub
-        answer lost on the way is sent again. Waiting without a pause counts too: an SSP
-        spoke whose push is in flight keeps going, and at the end of a stream it gets
-        nothing but Queries, so a lost answer would leave every spoke ahead of it waiting
-        for good (seen on digits, staleness 2)."""
+        """While waiting on hubs or sibling spokes (stream paused, or a remote call not yet
+        answered), acknowledge every channel, hub and sibling, at most once per
+        :data:`NUDGE_EVERY_S` seconds: an answer lost on the way is sent again. Waiting
+        without a pause counts too: an SSP spoke whose push is in flight keeps going, and
+        at the end of a stream it gets nothing but Queries, so a lost answer would leave
+        every spoke ahead of it waiting for good (seen on digits, staleness 2). Sibling
+        channels are acknowledged only in pipelines that have had sibling traffic."""
         now = self.clock()  # called for every record: the cheap test first
         if now - self.nudged < NUDGE_EVERY_S:
             return
@@ -187,16 +216,93 @@ class SpokeKernel:
         for network, node in self.nodes.items():
             for j in range(node.ctx.n_hubs):
                 self.acknowledge(network, j, force=True)
+            self.acknowledge_siblings(network)
 
     def restored(self) -> None:
-        """This kernel was just rebuilt from a checkpoint or savepoint: hold each hub's
-        messages until it says which of them survived the restore (operators.feedback)."""
+        """This kernel was just rebuilt from a checkpoint or savepoint: hold each hub's and
+        each sibling spoke's messages until it says which of them survived the restore;
+        as a sender, a new incarnation, and each sibling channel's base is where its
+        sequence numbers resume (operators.feedback)."""
         self.restores += 1
+        self.prev_incarnation, self.incarnation = self.incarnation, new_incarnation()
+        self.window.restart(self.clock())
+        self.sibling_bases = {(network, s): node.next_seq_to_sibling(s)
+                              for network, node in self.nodes.items()
+                              for s in range(self.n_spokes) if s != self.index}
         for network, node in self.nodes.items():
             for j in range(node.ctx.n_hubs):
                 nonce = self.feedback.restored(network, j)
                 self.out.append((HUBS, (self.hub_keys[j], codec.control(
                     {"op": "resync", "spoke": self.index, "network": network, "nonce": nonce}))))
+            for s in range(self.n_spokes):
+                if s != self.index:
+                    nonce = self.feedback.restored(network, s, SPOKE)
+                    self._sibling_out(SiblingOp.RESYNC, network, s, nonce=nonce)
+
+    # -- sibling channels (operators.feedback) ---------------------------------------------
+    def _sibling_out(self, op: SiblingOp, network: int, dst: int, body: bytes = b"",
+                     nonce: int = 0) -> bytes:
+        """A sibling frame to spoke ``dst``, acknowledging what came from it."""
+        node = self.nodes.get(network)
+        ack_inc = self.feedback.following(network, dst, SPOKE) if node is not None else 0
+        record = codec.sibling_frame(
+            op, self.incarnation, self.prev_incarnation, self.sibling_bases.get((network, dst), 0),
+            network, self.index, dst, body, nonce, ack_inc,
+            node.expected_from_sibling(dst) if ack_inc else 0)
+        self.out.append((SPOKES, record))
+        return record
+
+    def send_sibling(self, network: int, dst: int, data: bytes) -> None:
+        """Envelope ``data`` of pipeline ``network`` to spoke ``dst``, in a sibling frame
+        kept until ``dst`` acknowledges it."""
+        record = self._sibling_out(SiblingOp.DATA, network, dst, data)
+        self.window.add(network, dst, codec.header(data).seq, self.clock(), record)
+
+    def acknowledge_siblings(self, network: int, force: bool = False) -> None:
+        """Tell every sibling spoke how far pipeline ``network``'s channel from it got (op
+        ``ACK``), so that it sends again what is overdue: when the pipeline has had sibling
+        traffic, or with ``force`` (a Query: a spoke none of whose frames arrived still
+        gets told)."""
+        node = self.nodes.get(network)
+        if node is None:
+            return
+        if not force and not (node.stats.sibling_sent_messages
+                              or node.stats.sibling_received_messages):
+            return
+        for s in range(self.n_spokes):
+            if s != self.index:
+                self._sibling_out(SiblingOp.ACK, network, s)
+
+    def _sibling(self, data: bytes) -> None:
+        """A sibling frame from ``psMessages``: its acknowledgement, when it names this
+        kernel's incarnation, moves the resend window, and any frame from a sibling sends
+        again what is overdue on the pipeline's channels (as
+        :meth:`operators.hub_kernel.HubKernel.acknowledged` does); a resync is answered;
+        an envelope (or the answer releasing the held ones) is delivered."""
+        head, _ = codec.unframe_sibling(data)
+        network, src = head.network, head.src
+        node = self.nodes.get(network)
+        if head.dst != self.index or node is None or not 0 <= src < self.n_spokes \
+                or src == self.index:
+            self.bad_messages += 1 if head.op == SiblingOp.DATA else 0  # e.g. deleted
+            return
+        if head.ack_incarnation and head.ack_incarnation == self.incarnation:
+            self.window.acknowledge(network, src, head.ack, self.clock())
+        for record in self.window.overdue(network, self.clock(), RESEND_AFTER_S):
+            self.out.append((SPOKES, record))
+        if head.op == SiblingOp.RESYNC:
+            self._sibling_out(SiblingOp.ANSWER, network, src, nonce=head.nonce)
+            return
+        if head.op == SiblingOp.ACK:
+            return
+        _, bodies = self.feedback.accept(data)
+        copies = node.stats.duplicates
+        for body in bodies:
+            self._envelope(body)
+        if node.stats.duplicates > copies and network in self.nodes:
+            # src sent again what arrived but was not acknowledged yet: acknowledge, or it
+            # keeps coming
+            self._sibling_out(SiblingOp.ACK, network, src)
 
     # -- outputs -------------------------------------------------------------------------
     def emit(self, stream: str | None, value: dict) -> None:
@@ -299,12 +405,18 @@ class SpokeKernel:
 
     # -- messages ------------------------------------------------------------------------
     def on_message(self, data: bytes) -> None:
-        """A framed hub→spoke envelope or a spoke→spoke envelope (``psMessages``), or a
-        JSON request (``requests``)."""
+        """A framed hub→spoke envelope or a sibling frame (``psMessages``), or a JSON
+        request (``requests``). A bare spoke→spoke envelope (written by a version before
+        sibling frames) is delivered as it is."""
         kind = codec.wire_kind(data)
         if kind is Wire.FRAME and codec.is_frame(data):
             self._frame(data)
-        elif kind is Wire.ENVELOPE or kind is Wire.FRAME:  # a short 0xFE: not a frame
+        elif kind is Wire.SIBLING and codec.is_sibling_frame(data):
+            try:
+                self._sibling(data)
+            except CodecError:  # an unknown op
+                self.bad_messages += 1
+        elif kind in (Wire.ENVELOPE, Wire.FRAME, Wire.SIBLING):  # short 0xFE/0xFC: garbage
             self._envelope(data)
         elif kind is Wire.CONTROL:  # spoke→hub bookkeeping has no business here
             self.bad_messages += 1
@@ -313,7 +425,7 @@ class SpokeKernel:
         self._run_backlogs()
 
     def _frame(self, data: bytes) -> None:
-        (network, hub), bodies = self.feedback.accept(data)
+        (network, _, hub), bodies = self.feedback.accept(data)
         node = self.nodes.get(network)
         if node is None:
             self.bad_messages += 1 if bodies else 0  # e.g. in flight when deleted
@@ -374,6 +486,8 @@ class SpokeKernel:
                 "requestsRejected": self.requests_rejected, "badMessages": self.bad_messages,
                 "handlerErrors": self.handler_errors, "restores": self.restores,
                 "deadMessagesDropped": self.feedback.dead,
+                "deadSiblingMessagesDropped": self.feedback.dead_siblings,
+                "siblingFramesResent": self.window.resent,
                 "recordsWithoutPipeline": self.records_without_pipeline,
                 "badRecords": sum(self.bad_records.values()),
                 "dataRecords": self.data_records, "dataBatches": self.data_batches}
@@ -400,6 +514,7 @@ class SpokeKernel:
         node.flush()
         del self.nodes[req.id]
         self.feedback.forget(req.id)
+        self.window.forget(req.id)
         self.paused -= node.ctx.pauses  # what it held goes with it
         node.ctx.pauses = 0
         self._control(node.ctx.n_hubs, {"op": "delete", "spoke": self.index,
@@ -408,6 +523,7 @@ class SpokeKernel:
     def _query(self, req) -> None:
         self._nudge()
         node = self._node(req)
+        self.acknowledge_siblings(req.id, force=True)  # the stream may have ended
         if req.export:
             node.check_export()
         # a pending layout is decided first (learning.layout), so the held records count

@@ -36,6 +36,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 from urllib.parse import urlparse
 
 import pytest
@@ -90,13 +91,14 @@ def cluster(tmp_path_factory):
 
 class Scenario:
     """One job on the cluster with its own topics (``flt-<name>-…``), its Session, the
-    warm-up, the feeder thread and the final count."""
+    warm-up, the feeder thread and the final count (``spokes``: the job's spokes, 2 unless
+    given; also used by tests/test_tensair_faults.py)."""
 
     def __init__(self, cluster: SessionCluster, broker, data, name: str,
-                 protocol: str = "Asynchronous", interval_ms: int = 1000):
+                 protocol: str = "Asynchronous", interval_ms: int = 1000, spokes: int = 2):
         self.cluster, self.broker, self.name = cluster, broker, name
         self.X, self.y = data
-        self.protocol, self.interval_ms = protocol, interval_ms
+        self.protocol, self.interval_ms, self.spokes = protocol, interval_ms, spokes
         self.cfg = local_config(broker.bootstrap_servers, topic_prefix=f"flt-{name}-")
         self.held: dict = {}
         self.n_train = self.n_fore = 0
@@ -107,7 +109,7 @@ class Scenario:
 
     def submit(self, *extra: str) -> str:
         args = ["--bootstrap-servers", self.broker.bootstrap_servers,
-                "--topic-prefix", f"flt-{self.name}-", "--spokes", "2", "--hubs", "1",
+                "--topic-prefix", f"flt-{self.name}-", "--spokes", str(self.spokes), "--hubs", "1",
                 "--mode", "process", "--checkpoint-interval-ms", str(self.interval_ms),
                 "--job-name", f"omldm-faults-{self.name}"]
         self.job = self.cluster.submit_python(ENTRY, *args, pyexec=sys.executable,
@@ -180,9 +182,10 @@ class Scenario:
         assert self.s.query(0, timeout=240)["status"] == "ok"
         self.recover_s = time.monotonic() - t0
 
-    def finish(self, fault: str) -> dict:
-        """Join the feeder, wait until every record is counted (or 300 s), read the whole
-        predictions topic afresh, cancel the job; the table row."""
+    def finish(self, fault: str, settle: Callable[[dict], dict] | None = None) -> dict:
+        """Join the feeder, wait until every record is counted (or 300 s), then, with
+        ``settle``, ``final = settle(final)`` (more Queries while the job still runs), read
+        the whole predictions topic afresh, cancel the job; the table row."""
         self._feeder.join(timeout=300)
         assert not self._feeder.is_alive(), "the feeder did not finish"
         if "error" in self._fed:
@@ -195,6 +198,8 @@ class Scenario:
             final = self.s.wait_until_counted(0, self.n_train, self.n_fore, timeout=300)
         except TimeoutError:
             final = self.s.query(0, timeout=60)
+        if settle is not None:
+            final = settle(final)
         reader = TopicReader(self.cfg.bootstrap_servers, self.cfg.topics.predictions)
         try:
             seen = Counter(p["id"] for p in reader.drain(idle_ms=1000) if p["pipeline"] == 0)
