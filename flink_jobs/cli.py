@@ -444,7 +444,14 @@ def _show(value: bytes) -> str:
     from middleware import codec
 
     prefix = ""
-    if codec.is_frame(value):  # hub→spoke on psMessages: incarnation frame + envelope
+    if codec.is_sibling_frame(value):  # spoke→spoke on psMessages: sibling frame
+        head, value = codec.unframe_sibling(value)
+        prefix = (f"[spoke {head.src} → spoke {head.dst} incarnation {head.incarnation:x} "
+                  f"base {head.base} ack {head.ack}] ")
+        if not value:
+            return (f"{prefix}{codec.SiblingOp(head.op).name.lower()} "
+                    f"network={head.network} nonce={head.nonce:x}")
+    elif codec.is_frame(value):  # hub→spoke on psMessages: incarnation frame + envelope
         head, value = codec.unframe(value)
         prefix = f"[hub {head.hub} incarnation {head.incarnation:x} base {head.base}] "
         if not value:

@@ -157,9 +157,13 @@ class NodeStats:
 
 
 class Node:
-    """Base of spokes and hubs. Subclasses set ``peer`` to the other side's node class."""
+    """Base of spokes and hubs. Subclasses set ``peer`` to the other side's node class,
+    and ``talks_to_siblings`` when they call nodes of their own side (TensAIR's replicas):
+    a kernel then keeps those channels in step even before any traffic (the spoke kernel
+    acknowledges them at every Query)."""
 
     peer: ClassVar[type | None] = None
+    talks_to_siblings: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.ctx: NetworkContext | None = None

@@ -262,12 +262,13 @@ class SpokeKernel:
         """Tell every sibling spoke how far pipeline ``network``'s channel from it got (op
         ``ACK``), so that it sends again what is overdue: when the pipeline has had sibling
         traffic, or with ``force`` (a Query: a spoke none of whose frames arrived still
-        gets told)."""
+        gets told) when its protocol talks to siblings (``Node.talks_to_siblings``);
+        pipelines of other protocols never write sibling frames."""
         node = self.nodes.get(network)
         if node is None:
             return
-        if not force and not (node.stats.sibling_sent_messages
-                              or node.stats.sibling_received_messages):
+        if not (force and node.talks_to_siblings) and not (
+                node.stats.sibling_sent_messages or node.stats.sibling_received_messages):
             return
         for s in range(self.n_spokes):
             if s != self.index:

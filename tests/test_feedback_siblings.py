@@ -286,3 +286,19 @@ def test_sibling_frames_are_sent_again_only_when_the_receiver_stalls():
     hub.add(PID, 1, 0, 0.0, b"h")
     hub.acknowledge(PID, 1, 0)
     assert hub.overdue(PID, 2.5, RESEND_AFTER_S) == [b"h"]
+
+
+def test_only_protocols_that_talk_to_siblings_write_sibling_frames():
+    """A Query acknowledges sibling channels of TensAIR pipelines even before any traffic;
+    pipelines of other protocols never put a sibling frame on ``psMessages`` (whose readers,
+    e.g. ``omldm tail`` and the tests, expect hub frames there)."""
+    for protocol, frames in (("Synchronous", 0), ("TensAIR", 2)):
+        spoke = SpokeKernel(0, 3, 1, [0])
+        req = create()
+        req["trainingConfiguration"]["protocol"] = protocol
+        spoke.on_message(orjson.dumps(req))
+        spoke.out.clear()
+        spoke.on_message(orjson.dumps({"id": PID, "request": "Query", "requestId": "q"}))
+        got = [v for s, v in spoke.out if s == SPOKES]
+        assert len(got) == frames
+        assert all(codec.unframe_sibling(v)[0].op == SiblingOp.ACK for v in got)

@@ -172,6 +172,8 @@ class TensAIRSpoke(PipelineSpoke):
         applied[j]`` this replica went on with (≤ ``maxStaleness`` when set).
     """
 
+    talks_to_siblings = True
+
     peer = None  # TensAIRHub, set below
 
     def __init__(self, request) -> None:
