@@ -77,7 +77,8 @@ rounds and 0.7974 (the centralized learner: 0.8012), at 70% of the records/s; in
 process with messages delivered every 500 records, 0.7395 against 0.7729 (instant:
 0.7726) on the first 20,000 records.
 
-Nobody ever waits on a spoke's stream, so a finite stream cannot leave a round open.
+Nobody ever waits on a spoke's stream (a waiting increment waits on hub 0, which answers
+at once), so a finite stream cannot leave a round open.
 """
 
 from __future__ import annotations
@@ -495,6 +496,9 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
     polls, and average when the coordinator ends the round."""
 
     peer = FunctionalDynamicAveragingHub
+    #: a spoke restored from a snapshot taken before ``waitOnIncrement`` keeps its one-way
+    #: increments
+    wait_on_increment = False
 
     def __init__(self, request) -> None:
         super().__init__(request)
