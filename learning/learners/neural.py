@@ -186,6 +186,30 @@ class _TorchTraining:
         with torch.no_grad():
             vector_to_parameters(theta, self._params())
 
+    def _network_json(self, out: dict, built: bool) -> dict:
+        """``out`` plus, once the network is ``built``, ``params`` (the weights θ, not the
+        displacement, as a list) and ``optimizer`` (its state per parameter tensor)."""
+        if built:
+            out["params"] = self._vector().tolist()
+            out["optimizer"] = _optimizer_json(self._opt)
+        return out
+
+    def _check_keys(self, parameters: dict, extra: tuple[str, ...] = ()) -> None:
+        """Refuse a key of ``parameters`` other than ``n_features``, ``params``,
+        ``optimizer`` and ``extra``.
+
+        Raises
+        ------
+        learning.errors.ParameterError
+            Naming the first unknown key.
+        """
+        known = {"n_features", "params", "optimizer", *extra}
+        unknown = set(parameters) - known
+        if unknown:
+            name = sorted(map(str, unknown))[0]
+            raise ParameterError(name, f"unknown parameter {name!r} for {type(self).__name__}"
+                                 f"; expected {', '.join(sorted(known))}")
+
     def _load_network(self, parameters: dict) -> None:
         """Build the network for ``parameters["n_features"]`` (nothing without it) and
         load ``params`` (the absolute weights θ) and the optimizer's state.
@@ -632,12 +656,8 @@ class _TorchClassifier(_TorchTraining, Learner):
     def _parameters_json(self) -> dict:
         """``{"classes", "n_features", "params", "optimizer"}``: the weights ``θ`` (not the
         displacement) as a list, and the optimizer's state per parameter tensor."""
-        out: dict = {"classes": list(self.classes), "n_features": self.n_features}
-        if self._body is None:
-            return out
-        out["params"] = self._vector().tolist()
-        out["optimizer"] = _optimizer_json(self._opt)
-        return out
+        return self._network_json({"classes": list(self.classes),
+                                   "n_features": self.n_features}, self._body is not None)
 
     def _load_parameters(self, parameters: dict) -> None:
         """Load what :meth:`_parameters_json` wrote (every key may be missing or null).
@@ -649,12 +669,7 @@ class _TorchClassifier(_TorchTraining, Learner):
         """
         if not parameters:  # nothing to load: do not even import torch (see Learner)
             return
-        known = {"classes", "n_features", "params", "optimizer"}
-        unknown = set(parameters) - known
-        if unknown:
-            name = sorted(map(str, unknown))[0]
-            raise ParameterError(name, f"unknown parameter {name!r} for {type(self).__name__}"
-                                 f"; expected {', '.join(sorted(known))}")
+        self._check_keys(parameters, ("classes",))
         classes = LabelIndex.checked(parameters.get("classes"))
         self._reset()
         for label in classes:
@@ -1135,12 +1150,7 @@ class MLPRegressor(_TorchTraining, Regressor):
     def _parameters_json(self) -> dict:
         """``{"n_features", "params", "optimizer"}``: the weights ``θ`` (not the
         displacement) as a list, and the optimizer's state per parameter tensor."""
-        out: dict = {"n_features": self.n_features}
-        if self._net is None:
-            return out
-        out["params"] = self._vector().tolist()
-        out["optimizer"] = _optimizer_json(self._opt)
-        return out
+        return self._network_json({"n_features": self.n_features}, self._net is not None)
 
     def _load_parameters(self, parameters: dict) -> None:
         """Load what :meth:`_parameters_json` wrote (every key may be missing or null).
@@ -1152,11 +1162,6 @@ class MLPRegressor(_TorchTraining, Regressor):
         """
         if not parameters:  # nothing to load: do not even import torch (see Learner)
             return
-        known = {"n_features", "params", "optimizer"}
-        unknown = set(parameters) - known
-        if unknown:
-            name = sorted(map(str, unknown))[0]
-            raise ParameterError(name, f"unknown parameter {name!r} for {type(self).__name__}"
-                                 f"; expected {', '.join(sorted(known))}")
+        self._check_keys(parameters)
         self._reset()
         self._load_network(parameters)
