@@ -338,6 +338,39 @@ def test_ssp_never_lets_a_spoke_run_more_than_staleness_rounds_ahead(staleness):
         sum(len(s.ctx.backlog) for s in net.spokes) == len(X)
 
 
+def test_ssp_bounds_the_work_done_while_a_push_is_in_flight():
+    """Messages delivered only every 60 records (the Flink loop's latency): a spoke trains
+    on while its push is in flight, its clock counts every round it did meanwhile, and
+    once that work takes it more than ``staleness`` rounds past the slowest clock it knows
+    it pauses until the answer. Counting pushes instead, spoke 0 (5× the records, never
+    waiting) looked slowest while it ran hundreds of rounds ahead, and the others paused
+    behind it with their records held (on Flink SSP fell to 184 records/s)."""
+    k, b, s_ = 3, 4, 2
+    X, y = regression(3000, seed=8)
+    net = network(create("SSP", batch=b, batches=1, staleness=s_), k, 1)
+    share = [0] * 5 + [1, 2]
+    worst = 0
+    for i in range(len(X)):
+        sp = share[i % len(share)]
+        net.feed(sp, lambda sp=sp, i=i: net.spokes[sp].on_train(X[i].tolist(), y[i].item()))
+        work = [s.fitted // b for s in net.spokes]
+        slowest = min(s.clock for s in net.spokes)
+        worst = max(worst, max(work) - slowest)
+        # the round that crosses the bound is finished before the spoke pauses
+        assert max(work) <= slowest + s_ + 1, (i, work, [s.clock for s in net.spokes])
+        if i % 60 == 59:
+            net.run()
+    net.run()
+    assert worst == s_ + 1  # the bound bit
+    assert net.spokes[0].clock >= net.spokes[0].pushes  # rounds of work, not pushes
+    assert net.spokes[0].wait_ms > 0  # spoke 0, ahead in work, is the one that waited
+    for _ in range(1000):  # the others' records are done: each Query closes one round
+        if not any(len(s.ctx.backlog) for s in net.spokes):
+            break
+        query(net)
+    assert sum(s.fitted for s in net.spokes) + sum(len(s._X) for s in net.spokes) == len(X)
+
+
 # -- EASGD and the adaptive period -----------------------------------------------------------
 def elastic_reference(X, y, k: int, b: int, M: int, rate: float, lr: float = 0.05):
     """Asynchronous EASGD with every exchange answered before the next record."""
