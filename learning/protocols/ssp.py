@@ -7,8 +7,8 @@ mini-batches (Ho et al.'s clock counts iterations, not messages). After every ro
 pushes its model (shard ``j`` to hub ``j``) with its clock ``c`` and the records ``γ`` it
 fitted since its previous push; a spoke that trained on while a push was in flight
 advances its clock by every round it did meanwhile, and every push by at least one (a
-Query's push without new work too, so a finite stream's last rounds close). A hub keeps the latest ``(w_i, γ_i)`` of
-every spoke and the global shard
+Query's push without new work too, so a finite stream's last rounds close). A hub keeps
+the latest ``(w_i, γ_i)`` of every spoke and the global shard
 
     w̃ = Σ_i γ_i w_i / Σ_i γ_i                        (papers/003 eq. 2)
 
