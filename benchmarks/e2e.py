@@ -2,7 +2,7 @@
 side by side in one run, printed as a table.
 
     .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--shardings random,stratified]
-                                       [--json PATH]
+                                       [--feedback-waits 1,20] [--json PATH]
 
 One local broker (tansu) serves the whole run; every row uses fresh topics. The stream is
 Shuttle repeated to ``--records`` records, each the JSON ``{"id", "features", "label"}``
@@ -15,7 +15,8 @@ Rows:
   beginning) feeding river's ``StandardScaler | PAClassifier(C=0.01, mode=1)``, test then
   train. Its topics are loaded before its clock starts; the clock runs from the first
   record polled to the last record handled.
-* ``omldm``: one fresh job per (mode, records per message, batch delay, sharding) with the demo's
+* ``omldm``: one fresh job per (mode, records per message, batch delay, sharding, the
+  ``psMessages`` source's fetch wait) with the demo's
   pipeline (``shuttle_create_request(0)``, 2 spokes). The clock starts just before the
   first record is produced (confluent-kafka, as fast as it goes) and stops when a Query
   counts every record and all predictions are on the topic. Then, on the same job, a
@@ -252,12 +253,14 @@ def fitted_by(sharding: str, spokes: int, msgs: list[tuple[str, bytes]], n_train
 
 
 def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
-              sharding: str = "random") -> dict:
+              sharding: str = "random", feedback_wait: int = JobConfig.feedback_fetch_max_wait_ms
+             ) -> dict:
     """One fresh job: throughput of the whole stream, then latency on the same job."""
     msgs, n_train, n_fore = messages(X, y, per_message)
     cfg = local_config(servers, topic_prefix=next(_prefixes), spokes=args.spokes,
                        execution_mode=mode, max_batch_delay_ms=delay,
-                       max_batch_records=args.max_batch_records, sharding=sharding)
+                       max_batch_records=args.max_batch_records, sharding=sharding,
+                       feedback_fetch_max_wait_ms=feedback_wait)
     with Session(cfg, "omldm-e2e") as s:
         created = s.request(shuttle_create_request(0), timeout=120)
         if created.get("status") != "ok":
@@ -273,7 +276,7 @@ def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
         service = final.get("service", {})
         row = {"row": "omldm", "mode": mode, "max_batch_records": args.max_batch_records,
                "per_message": per_message, "delay_ms": delay, "sharding": sharding,
-               "records": len(y), "seconds": elapsed, "produce_seconds": produced,
+               "feedback_wait_ms": feedback_wait, "records": len(y), "seconds": elapsed, "produce_seconds": produced,
                "records_per_second": (final["fitted"] + final["predicted"]) / elapsed,
                "prequential_accuracy": final["prequentialAccuracy"],
                "feedback_ms_p50": _worst(final["spokes"], "roundTripMsP50"),
@@ -305,7 +308,10 @@ def show(row: dict, peer_rate: float | None) -> None:
 
     name = (f"peer, {row['per_message']} rec/msg" if row["row"] == "peer" else
             f"omldm {row['mode']}, {row['per_message']} rec/msg, delay {row['delay_ms']} ms"
-            + ("" if row.get("sharding", "random") == "random" else f", {row['sharding']}"))
+            + ("" if row.get("sharding", "random") == "random" else f", {row['sharding']}")
+            + ("" if row.get("feedback_wait_ms", JobConfig.feedback_fetch_max_wait_ms)
+               == JobConfig.feedback_fetch_max_wait_ms
+               else f", feedback wait {row['feedback_wait_ms']} ms"))
     ratio = f"{row['records_per_second'] / peer_rate:.2f}" if peer_rate else "-"
     missing = row.get("latency_sent", 0) - row.get("latency_answered", 0)
     print(f"{name:40s} {row['records_per_second']:10,.0f} {ratio:>6s} "
@@ -329,6 +335,9 @@ def main() -> None:
                     help="JobConfig.sharding values, comma-separated (papers/001 §III)")
     ap.add_argument("--max-batch-records", type=int, default=JobConfig.max_batch_records,
                     help="records per crossing at most")
+    ap.add_argument("--feedback-waits", default=str(JobConfig.feedback_fetch_max_wait_ms),
+                    help="feedback_fetch_max_wait_ms values (the psMessages source's "
+                         "fetch.max.wait.ms), comma-separated")
     ap.add_argument("--latency-rate", type=float, default=2000.0, help="records/s")
     ap.add_argument("--latency-seconds", type=float, default=3.0)
     ap.add_argument("--no-latency", action="store_true")
@@ -353,8 +362,11 @@ def main() -> None:
         for mode in args.modes.split(","):
             for k in per_messages:
                 for delay in (int(v) for v in args.delays.split(",")):
-                    for sharding in args.shardings.split(","):
-                        rows.append(omldm_row(servers, args, mode, k, delay, X, y, sharding))
+                    for sharding, wait in itertools.product(
+                            args.shardings.split(","),
+                            (int(v) for v in args.feedback_waits.split(","))):
+                        rows.append(omldm_row(servers, args, mode, k, delay, X, y, sharding,
+                                              wait))
                         rows[-1]["x_peer"] = rows[-1]["records_per_second"] / peers[k]
                         show(rows[-1], peers[k])
     if args.json:

@@ -50,8 +50,14 @@ class JobConfig:
         ``execution.buffer-timeout.interval`` (milliseconds): how long network buffers
         wait to fill; small values keep the feedback loop's latency low.
     fetch_max_wait_ms : int
-        Kafka consumer ``fetch.max.wait.ms`` (milliseconds) of every source; the local
-        broker answers a fetch only after this wait.
+        Kafka consumer ``fetch.max.wait.ms`` (milliseconds) of the data and request
+        sources; the local broker answers a fetch only after this wait.
+    feedback_fetch_max_wait_ms : int
+        The same for the ``psMessages`` source, the feedback loop's way back to the
+        spokes: every hub answer waits up to this long there, so it bounds the round
+        trip from below. Default 1, by measurement (RandomRBF, TAP, 4 spokes, thread mode:
+        at 20 ms the round trip was ~35 ms p50 and TAP 0.0231 behind the centralized
+        learner, at 1 ms 11 ms p50 and 0.012 behind; see docs/performance.md).
     bundle_size : int
         ``python.fn-execution.bundle.size`` (records), process mode.
     bundle_time_ms : int
@@ -160,6 +166,7 @@ class JobConfig:
     execution_mode: str = "thread"
     buffer_timeout_ms: int = 1
     fetch_max_wait_ms: int = 20
+    feedback_fetch_max_wait_ms: int = 1
     bundle_size: int = 1000
     bundle_time_ms: int = 10
     max_batch_delay_ms: int = 1
@@ -214,7 +221,8 @@ class JobConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
-        for name in ("buffer_timeout_ms", "fetch_max_wait_ms", "bundle_time_ms",
+        for name in ("buffer_timeout_ms", "fetch_max_wait_ms", "feedback_fetch_max_wait_ms",
+                     "bundle_time_ms",
                      "checkpoint_interval_ms", "max_batch_delay_ms", "weights_every_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -84,13 +84,16 @@ def create_environment(cfg: JobConfig, local: bool = True) -> StreamExecutionEnv
     return env
 
 
-def _kafka_bytes_source(cfg: JobConfig, topic: str, max_fetch_bytes: int | None = None) -> KafkaSource:
+def _kafka_bytes_source(cfg: JobConfig, topic: str, max_fetch_bytes: int | None = None,
+                        fetch_max_wait_ms: int | None = None) -> KafkaSource:
     start = (KafkaOffsetsInitializer.earliest() if cfg.startup_mode == "earliest-offset"
              else KafkaOffsetsInitializer.latest())
     builder = (KafkaSource.builder().set_bootstrap_servers(cfg.bootstrap_servers)
                .set_topics(topic).set_group_id(f"{cfg.group_id}-{topic}")
                .set_starting_offsets(start).set_value_only_deserializer(ByteArraySchema())
-               .set_property("fetch.max.wait.ms", str(cfg.fetch_max_wait_ms))
+               .set_property("fetch.max.wait.ms", str(cfg.fetch_max_wait_ms
+                                                       if fetch_max_wait_ms is None
+                                                       else fetch_max_wait_ms))
                .set_property("partition.discovery.interval.ms", "10000"))
     if max_fetch_bytes:  # an oversized record must not wedge the topic: fetch it, refuse it
         builder = (builder.set_property("max.partition.fetch.bytes", str(max_fetch_bytes))
@@ -302,7 +305,9 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
     to_spokes = _ToSpokes(spoke_keys)
     requests = env.from_source(_kafka_bytes_source(cfg, t.requests, cfg.max_fetch_bytes), no_wm,
                                "requests").uid("requests-source").set_parallelism(1)
-    feedback = env.from_source(_kafka_bytes_source(cfg, t.ps_messages), no_wm,
+    feedback = env.from_source(_kafka_bytes_source(cfg, t.ps_messages,
+                                                   fetch_max_wait_ms=cfg.feedback_fetch_max_wait_ms),
+                               no_wm,
                                "psMessages").uid("psMessages-source").set_parallelism(1)
     messages = _keyed(requests.union(feedback)
                       .flat_map(to_spokes, output_type=keyed_bytes)
