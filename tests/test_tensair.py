@@ -160,7 +160,8 @@ def test_max_staleness_makes_the_replica_ahead_wait_for_the_slowest():
 
 def test_update_scaling_divides_every_update_by_the_replicas():
     X, y = regression(1)
-    plain, scaled = network(2), network(2, create(updateScaling="replicas"))
+    plain = network(2, create(updateScaling="none"))
+    scaled = network(2, create(updateScaling="replicas"))
     for net in (plain, scaled):
         train(net, 0, X[0], y[0])
         net.run()
@@ -261,3 +262,15 @@ def test_replicas_exchange_updates_through_the_kafka_loop_in_flink(broker):
     # each replica: its own updates plus the other's, all of them
     assert [s["clock"] for s in final["spokes"]][0] == [s["clock"] for s in final["spokes"]][1]
     assert proto["spread"] < 1e-6  # preprocessors stay local; the parameters agree
+
+
+@pytest.mark.parametrize("config, learner, expected", [
+    ({}, None, "replicas"),  # PARegressor: the average rule by default
+    ({"aggregation": "sum"}, None, "none"),
+    ({}, {"name": "PA", "parameters": {"n_features": D}}, "none"),  # PA: sum by default
+    ({"aggregation": "sum", "updateScaling": "replicas"}, None, "replicas"),
+])
+def test_update_scaling_follows_the_aggregation_rule_unless_given(config, learner, expected):
+    net = network(2, create(learner=learner, **config))
+    assert {s.update_scaling for s in net.spokes} == {expected}
+    assert query(net)["protocol"]["updateScaling"] == expected
