@@ -55,9 +55,10 @@ class JobConfig:
     feedback_fetch_max_wait_ms : int
         The same for the ``psMessages`` source, the feedback loop's way back to the
         spokes: every hub answer waits up to this long there, so it bounds the round
-        trip from below. Default 1, by measurement (RandomRBF, TAP, 4 spokes, thread mode:
-        at 20 ms the round trip was ~35 ms p50 and TAP 0.0231 behind the centralized
-        learner, at 1 ms 11 ms p50 and 0.012 behind; see docs/performance.md).
+        trip from below. Default 1, by measurement (the Flink learning-quality experiment,
+        RandomRBF, TAP, 4 spokes, thread mode, 3 runs: 0.0188 behind the centralized
+        learner at 20 ms, 0.0138 at 1 ms with an 11 ms p50 round trip; throughput
+        unchanged under a full backlog; docs/performance.md).
     bundle_size : int
         ``python.fn-execution.bundle.size`` (records), process mode.
     bundle_time_ms : int
