@@ -103,6 +103,14 @@ def _kafka_bytes_source(cfg: JobConfig, topic: str, max_fetch_bytes: int | None 
     return builder.build()
 
 
+def feedback_source(cfg: JobConfig) -> KafkaSource:
+    """The ``psMessages`` source, the feedback loop's way back to the spokes: as the
+    request source, but fetching with ``cfg.feedback_fetch_max_wait_ms`` (a hub's answer
+    waits up to that long at the broker)."""
+    return _kafka_bytes_source(cfg, cfg.topics.ps_messages,
+                               fetch_max_wait_ms=cfg.feedback_fetch_max_wait_ms)
+
+
 #: ``transaction.timeout.ms`` of the exactly-once sinks (milliseconds): below Kafka's default
 #: broker maximum (``transaction.max.timeout.ms``, 900,000); a transaction left open longer
 #: (a job down that long before its restore) is aborted by the broker and its records lost.
@@ -305,9 +313,7 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
     to_spokes = _ToSpokes(spoke_keys)
     requests = env.from_source(_kafka_bytes_source(cfg, t.requests, cfg.max_fetch_bytes), no_wm,
                                "requests").uid("requests-source").set_parallelism(1)
-    feedback = env.from_source(_kafka_bytes_source(cfg, t.ps_messages,
-                                                   fetch_max_wait_ms=cfg.feedback_fetch_max_wait_ms),
-                               no_wm,
+    feedback = env.from_source(feedback_source(cfg), no_wm,
                                "psMessages").uid("psMessages-source").set_parallelism(1)
     messages = _keyed(requests.union(feedback)
                       .flat_map(to_spokes, output_type=keyed_bytes)

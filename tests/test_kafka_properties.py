@@ -12,7 +12,7 @@ from flink_jobs import connection
 from flink_jobs.cli import _parser, main
 from flink_jobs.config import JobConfig, Topics
 from flink_jobs.connection import (PYTHON_UNSUPPORTED, KafkaConnection, parse_properties)
-from flink_jobs.job import kafka_table_options
+from flink_jobs.job import _kafka_bytes_source, feedback_source, kafka_table_options
 from flink_jobs.kafka_io import JsonProducer, create_topics
 
 SCRAM = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
@@ -115,6 +115,26 @@ def test_the_sql_table_gets_every_property():
     assert options["properties.client.id"] == "omldm"
     assert options["properties.security.protocol"] == "SASL_SSL"
     assert "password=\"it's\"" in options["properties.sasl.jaas.config"]
+
+
+def test_the_feedback_source_fetches_with_its_own_wait():
+    """psMessages: ``feedback_fetch_max_wait_ms`` (default 1 ms), the request source
+    ``fetch_max_wait_ms`` (20 ms); a user's property beats both."""
+    from flink_jobs.job import create_environment
+    from flink_jobs.session import local_config
+
+    def waits(**kw) -> tuple[str, str]:
+        cfg = local_config("k:1", **kw)
+        create_environment(cfg)  # the connector jars on the gateway
+        return tuple(src.get_java_function().getConfiguration().toMap()["fetch.max.wait.ms"]
+                     for src in (feedback_source(cfg), _kafka_bytes_source(cfg, "requests")))
+
+    assert waits() == ("1", "20")
+    assert waits(feedback_fetch_max_wait_ms=5, fetch_max_wait_ms=50) == ("5", "50")
+    user = KafkaConnection("k:1", properties=(("fetch.max.wait.ms", "99"),))
+    assert waits(connection=user) == ("99", "99")
+    with pytest.raises(ValueError, match="feedback_fetch_max_wait_ms"):
+        JobConfig("k:1", feedback_fetch_max_wait_ms=-1)
 
 
 def test_topics_lists_only_the_prefixed_job_topics(broker, capsys):
