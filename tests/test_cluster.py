@@ -175,9 +175,10 @@ def test_flink_metrics_reach_prometheus(run):
     deadline = time.monotonic() + 60
     text = ""
     while time.monotonic() < deadline:
-        s.query(0)  # an element for the spokes: their metrics refresh (at most once a second)
-        text = scrape(cluster)
-        if metric_sum(text, "omldm_pipeline_fitted") == n_train:
+        s.query(0)  # an element for the spokes and hub 0: their metrics refresh (at most
+        text = scrape(cluster)  # once a second, so the hub's may lag the spokes' by one Query)
+        if metric_sum(text, "omldm_pipeline_fitted") == n_train and \
+                metric_sum(text, "omldm_pipeline_updates") > 0:
             break
         time.sleep(1.5)
     assert metric_sum(text, "omldm_pipeline_fitted") == n_train, \
