@@ -277,17 +277,24 @@ class Session:
         """
         self._collect_predictions()
         before = sum(len(v) for v in self._preds.values())
-        fresh = self._reader(self.cfg.topics.predictions)
-        try:
-            for p in fresh.drain(idle_ms=500):
-                self._preds.setdefault(p["pipeline"], {})[p["id"]] = p["prediction"]
-        finally:
-            fresh.close()
+        for p in self.reread(self.cfg.topics.predictions):
+            self._preds.setdefault(p["pipeline"], {})[p["id"]] = p["prediction"]
         missed = sum(len(v) for v in self._preds.values()) - before
         if missed:
             log.warning("the live predictions reader missed %d predictions that a fresh "
                         "reader found on %s", missed, self.cfg.topics.predictions)
         return missed
+
+    def reread(self, topic: str) -> list:
+        """Every record of one of the job's outputs, read from its beginning by a fresh
+        reader (as the live readers read: ``read_committed`` with exactly-once outputs)
+        until it has been idle for 500 ms: the check on a live reader that may have been
+        positioned past records (:meth:`rescan_predictions`)."""
+        fresh = self._reader(topic)
+        try:
+            return list(fresh.drain(idle_ms=500))
+        finally:
+            fresh.close()
 
     def predictions_of(self, pipeline: int) -> dict:
         self._collect_predictions()

@@ -43,14 +43,10 @@ def _dead_letters(s: Session, ids: range, timeout: float = 120.0) -> dict[int, l
                 got[d["record"]["id"]].append(d["spoke"])
                 last_new = time.monotonic()
         if len(got) < len(ids) and time.monotonic() - last_new > 10.0:
-            fresh = TopicReader(s.cfg.bootstrap_servers, s.cfg.topics.dead_letters)
-            try:
-                again: dict[int, list[int]] = defaultdict(list)
-                for d in fresh.drain(idle_ms=500):
-                    if d["record"]["id"] in ids:
-                        again[d["record"]["id"]].append(d["spoke"])
-            finally:
-                fresh.close()
+            again: dict[int, list[int]] = defaultdict(list)
+            for d in s.reread(s.cfg.topics.dead_letters):
+                if d["record"]["id"] in ids:
+                    again[d["record"]["id"]].append(d["spoke"])
             if len(again) > len(got):
                 got = again
             last_new = time.monotonic()
