@@ -2,9 +2,10 @@
 EVENFLOW basic, fast), on the in-process kernel with the Flink loop's latency simulated.
 
     .venv/bin/python benchmarks/tune_thresholds.py [--dataset rbf ...] [--lag 500]
-                                                   [--within 0.005] [--json PATH]
+                                                   [--within 0.005] [--grid 0.04,0.02,...]
+                                                   [--json PATH]
 
-For every dataset, variant and threshold of the grid 0.04, 0.02, 0.01, 0.005: one run of
+For every dataset, variant and threshold of the grid (default 0.04, 0.02, 0.01, 0.005): one run of
 :func:`flink_jobs.experiment.run_local` (4 spokes, spoke shares of seed 0, the whole
 stream) with messages delivered only every ``--lag`` records. On Flink a check (FDA's poll,
 EVENFLOW's ``begin_sync``) travels back through Kafka while spokes train on, so rounds end
@@ -52,13 +53,16 @@ def main() -> None:
                     default=None, help="repeatable (default: the PA datasets but phishing)")
     ap.add_argument("--lag", type=int, default=500)
     ap.add_argument("--within", type=float, default=0.005)
+    ap.add_argument("--grid", default=",".join(map(str, GRID)),
+                    help="thresholds, comma-separated (default %(default)s)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    grid = tuple(sorted((float(t) for t in args.grid.split(",")), reverse=True))
     datasets = args.dataset or ["shuttle", "waveform", "rbf", "led", "hyperplane", "digits-pa"]
     jobs = []
     for ds in datasets:
         jobs += [(ds, CENTRALIZED, None, None, 1), (ds, "Synchronous", None, None, args.lag)]
-        jobs += [(ds, p, v, t, args.lag) for p, v in VARIANTS for t in GRID]
+        jobs += [(ds, p, v, t, args.lag) for p, v in VARIANTS for t in grid]
     with ProcessPoolExecutor(2) as pool:
         rows = list(pool.map(_one, jobs))
     for ds in datasets:
@@ -76,7 +80,7 @@ def main() -> None:
                       f"({r['accuracy'] - central:+.4f}) bytes 1/{bsp['bytes'] / r['bytes']:.1f} "
                       f"of BSP, {r['rounds']} rounds")
             ok = [r["threshold"] for r in runs if r["accuracy"] >= central - bar]
-            picks.append(f"{max(ok):g}" if ok else f"{min(GRID):g}!")
+            picks.append(f"{max(ok):g}" if ok else f"{min(grid):g}!")
         print(f"  pick (naive, linear, sketch, basic, fast): {', '.join(picks)}")
     if args.json:
         with open(args.json, "w") as f:
