@@ -233,6 +233,24 @@ class LocalNetwork:
             kernel.on_message(data)
         self.run()
 
+    def query(self, request_id: str = "q") -> dict:
+        """Ask every spoke node of pipeline :attr:`network` for a Query (as a Query
+        request reaches them), :meth:`run` until quiet and return the one response it
+        caused, decoded.
+
+        Raises
+        ------
+        AssertionError
+            When the Query caused no response or more than one.
+        """
+        responses = self.outputs["responses"]
+        before = len(responses)
+        for node in self.spokes:
+            node.on_query(request_id)
+        self.run()
+        assert len(responses) == before + 1, responses[before:]
+        return responses[-1]
+
     def records(self, spoke_index: int, records: Iterable[tuple[bool, bytes | dict]]) -> None:
         """One batch of data records to a spoke, as the job's Java record batcher sends
         it: ``(training?, the Kafka record's value)``, a dict being JSON-encoded here.

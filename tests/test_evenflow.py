@@ -82,13 +82,6 @@ def stream(net: LocalNetwork, X, y) -> None:
     net.run()
 
 
-def query(net: LocalNetwork) -> dict:
-    for s in net.spokes:
-        s.on_query("q")
-    net.run()
-    return net.outputs["responses"][-1]
-
-
 def regression(n: int, d: int = 5, seed: int = 0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
@@ -137,7 +130,7 @@ def test_a_user_function_drives_the_protocol(linf):
     X, y = regression(1200, seed=3)
     net = network(create(threshold=0.05, monitoredFunction="linf"), 3)
     stream(net, X, y)
-    q = query(net)
+    q = net.query()
     assert q["fitted"] == 1200 and q["protocol"]["monitoredFunction"] == "linf"
     assert LInf.calls > 100 and q["protocol"]["rounds"] >= 2
 
@@ -253,7 +246,7 @@ def test_a_window_is_tested_once_then_trained_epochs_times(window, epochs):
     net = network(create("Independent", pre=[{"name": "StandardScaler"}], window=window,
                          epochs=epochs), 1)
     stream(net, X, y)
-    q = query(net)
+    q = net.query()
     w, loss = reference(X, y, window or 4, 4, epochs)
     assert q["fitted"] == 200 and q["cumulativeLoss"] == pytest.approx(loss, rel=1e-9)
     assert np.allclose(net.spokes[0].pipeline.learner.get_params(), w, rtol=1e-9, atol=1e-12)
@@ -267,10 +260,10 @@ def test_a_window_with_one_epoch_is_what_no_window_is():
     for window in (0, 32):
         net = network(create("Synchronous", window=window), 2)
         stream(net, X, y)
-        q = query(net)  # the last, partial window: its first mini-batch closes a round
+        q = net.query()  # the last, partial window: its first mini-batch closes a round
         if window:
             assert q["fitted"] == 392  # its second waits on that round: the next Query
-            q = query(net)
+            q = net.query()
         models.append(net.hubs[0].shard())
         losses.append(q["cumulativeLoss"])
     assert losses[0] == pytest.approx(losses[1]) and q["fitted"] == 400
@@ -286,7 +279,7 @@ def test_evenflow_on_the_papers_setup_window_256_and_8_epochs():
     for epochs in (1, 8):
         net = network(create(threshold=0.5, window=256, epochs=epochs, batch=64), 3)
         stream(net, X, y)
-        q = query(net)
+        q = net.query()
         assert q["fitted"] == len(X) and q["fittedPerSpoke"] == [768] * 3
         assert not any(net.paused(i) for i in range(3))
         assert all(0 < s["sphereTests"] <= 3 * 4 * epochs for s in q["spokes"])

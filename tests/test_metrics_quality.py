@@ -62,13 +62,6 @@ def stream(net: LocalNetwork, X, y, *, every: int = 50) -> None:
     net.run()
 
 
-def query(net: LocalNetwork) -> dict:
-    for s in net.spokes:
-        s.on_query("q")
-    net.run()
-    return net.outputs["responses"][-1]
-
-
 def river_classification(pairs) -> dict:
     """river's metrics as river's progressive_val_score feeds them: None predictions skipped."""
     cm = rm.ConfusionMatrix()
@@ -110,7 +103,7 @@ def test_one_spoke_equals_river_over_the_same_predictions(shuttle_head):
     net = network(create(PA, window=500, pre=[{"name": "StandardScaler"}]), 1)
     seen = record_predictions(net)
     stream(net, X, y)
-    q = query(net)
+    q = net.query()
     pairs = seen[0]
     assert len(pairs) == 3000 and q["metrics"]["task"] == "classification"
     assert_close(q["metrics"]["cumulative"], river_classification(pairs))
@@ -129,7 +122,7 @@ def test_several_spokes_merge_to_river_over_the_union(shuttle_head):
     net = network(create(PA, window=600), 3)
     seen = record_predictions(net)
     stream(net, X, y)
-    q = query(net)
+    q = net.query()
     union = [pair for pairs in seen for pair in pairs]
     assert_close(q["metrics"]["cumulative"], river_classification(union))
     assert q["metrics"]["window"] == 600
@@ -148,9 +141,9 @@ def test_rolling_accuracy_drops_after_a_concept_change_while_the_cumulative_lags
     X, y = shuttle_head
     net = network(create(PA, window=200, pre=[{"name": "StandardScaler"}]), 2)
     stream(net, X, y)
-    before = query(net)["metrics"]
+    before = net.query()["metrics"]
     stream(net, X[:200], 1 - y[:200])  # labels flipped: the old model is now wrong
-    after = query(net)["metrics"]
+    after = net.query()["metrics"]
     assert before["rolling"]["accuracy"] > 0.9
     assert after["rolling"]["accuracy"] < 0.5
     assert after["cumulative"]["accuracy"] > 0.8  # most records were seen before the change
@@ -166,7 +159,7 @@ def test_regression_metrics_equal_river(shuttle_head):
                          pre=[{"name": "StandardScaler"}]), 2)
     seen = record_predictions(net)
     stream(net, X, target)
-    q = query(net)
+    q = net.query()
     m = q["metrics"]
     assert m["task"] == "regression" and q["prequentialAccuracy"] is None
     assert_close(m["cumulative"], river_regression([p for s in seen for p in s]))
@@ -180,7 +173,7 @@ def test_clustering_has_no_supervised_metrics(shuttle_head):
     X, y = shuttle_head
     net = network(create({"name": "KMeans", "hyperParameters": {"n_clusters": 3}}), 2)
     stream(net, X[:300], y[:300])
-    q = query(net)
+    q = net.query()
     assert q["metrics"] is None and q["spokes"][0]["metrics"] is None
     assert (q["fitted"], q["rejected"]) == (300, 0)  # and it learns as before
 
@@ -189,7 +182,7 @@ def test_window_zero_keeps_cumulative_only(shuttle_head):
     X, y = shuttle_head
     net = network(create(PA, window=0), 2)
     stream(net, X[:500], y[:500])
-    m = query(net)["metrics"]
+    m = net.query()["metrics"]
     assert m["rolling"] is None and m["windowRecords"] == 0
     assert m["cumulative"]["records"] == 498  # each spoke's first record is predicted None
 
@@ -253,7 +246,7 @@ def test_query_response_follows_its_schema(shuttle_head):
                             ({"name": "KMeans", "hyperParameters": {"n_clusters": 2}}, y)):
         net = network(create(learner), 2)
         stream(net, X[:400], target[:400])
-        jsonschema.validate(query(net), schema)
+        jsonschema.validate(net.query(), schema)
 
 
 # -- the Grafana dashboard (deploy/grafana) ------------------------------------------------------
@@ -354,7 +347,7 @@ def test_mlp_log_loss_and_roc_auc_equal_river_over_its_probabilities(cancer):
     net = network(create(MLP, window=160, pre=[{"name": "StandardScaler"}]), 1)
     seen = record_probabilities(net)
     stream(net, X, y)
-    q = query(net)
+    q = net.query()
     m = q["metrics"]
     rows = seen[0]
     # not scored: until the network knew both classes (the first records are all 0)
@@ -372,7 +365,7 @@ def test_tree_scores_merge_over_spokes_to_river_over_the_union(cancer):
     net = network(create(TREE, window=120, protocol="Independent"), 2)
     seen = record_probabilities(net)
     stream(net, X, y)
-    q = query(net)
+    q = net.query()
     m = q["metrics"]
     assert_close(scores_of(m["cumulative"]), river_scores([r for rows in seen for r in rows]))
     assert_close(scores_of(m["rolling"]), river_scores(tails(seen, q)))
@@ -388,7 +381,7 @@ def test_learners_without_probabilities_report_no_scores(cancer):
     X, y = cancer
     net = network(create(PA, window=100), 2)
     stream(net, X[:200], y[:200])
-    m = query(net)["metrics"]
+    m = net.query()["metrics"]
     for values in (m["cumulative"], m["rolling"]):
         assert "logLoss" not in values and "rocAuc" not in values
 
@@ -400,7 +393,7 @@ def test_multiclass_has_no_binary_scores(learner, protocol):
     X, y = load_digits(n_class=3, return_X_y=True)
     net = network(create(learner, window=100, protocol=protocol), 1)
     stream(net, X[:300], y[:300])
-    m = query(net)["metrics"]
+    m = net.query()["metrics"]
     assert m["cumulative"]["accuracy"] is not None
     for values in (m["cumulative"], m["rolling"]):
         assert values["logLoss"] is None and values["rocAuc"] is None

@@ -125,15 +125,6 @@ def stream(net: LocalNetwork, X, y, *, every: int = 1, spoke_of=None, after=None
     net.run()
 
 
-def query(net: LocalNetwork) -> dict:
-    before = len(net.outputs["responses"])
-    for s in net.spokes:
-        s.on_query("q")
-    net.run()
-    assert len(net.outputs["responses"]) == before + 1
-    return net.outputs["responses"][-1]
-
-
 def global_model(net: LocalNetwork) -> np.ndarray:
     """The global vector, reassembled from every hub's shard."""
     return np.concatenate([h.shard() for h in net.hubs])
@@ -210,7 +201,7 @@ def test_one_hub_and_three_hubs_give_the_same_model_and_bytes_scale_with_the_sha
         nets[m] = network(create("Synchronous", hubs=m, batch=10, batches=2), 3, m)
         stream(nets[m], X, y, every=1)
     assert np.array_equal(global_model(nets[1]), global_model(nets[3]))
-    q1, q3 = query(nets[1]), query(nets[3])
+    q1, q3 = nets[1].query(), nets[3].query()
     assert q1["protocol"]["rounds"] == q3["protocol"]["rounds"] > 0
     # three shards travel in three messages: the same floats, three envelopes' overhead
     assert q3["protocol"]["syncMessagesToHubs"] == 3 * q1["protocol"]["syncMessagesToHubs"]
@@ -230,12 +221,12 @@ def test_bsp_round_left_open_by_a_spoke_without_records_closes_at_the_query():
     net.feed(1, lambda: net.spokes[1].on_train(X[31].tolist(), y[31].item()))  # partial batch
     net.run()
     assert net.spokes[0].fitted == 20
-    q = query(net)
+    q = net.query()
     assert q["fitted"] == 30 + 1  # spoke 1's partial batch fitted; spoke 0 still waits ...
     assert not net.paused(0)      # ... no more: its round closed, its backlog ran
     assert net.spokes[0].fitted == 20 and len(net.spokes[0]._X) == 1
     assert net.spokes[1].fitted == 11
-    assert query(net)["fitted"] == 32
+    assert net.query()["fitted"] == 32
     assert [s.rounds for s in net.spokes] == [3, 3]  # the second Query was a round too
 
 
@@ -330,7 +321,7 @@ def test_ssp_never_lets_a_spoke_run_more_than_staleness_rounds_ahead(staleness):
             assert s.rounds <= slowest + staleness
 
     stream(net, X, y, every=1, spoke_of=lambda i: share[i % len(share)], after=check)
-    hub_stats = query(net)["protocol"]
+    hub_stats = net.query()["protocol"]
     assert hub_stats["maxLead"] <= staleness and net.hubs[1].max_lead <= staleness
     assert hub_stats["heldAnswers"] > 0 and net.spokes[0].waited > 0  # the bound did bite
     assert worst[0] == staleness  # ... and was reached
@@ -367,7 +358,7 @@ def test_ssp_bounds_the_work_done_while_a_push_is_in_flight():
     for _ in range(1000):  # the others' records are done: each Query closes one round
         if not any(len(s.ctx.backlog) for s in net.spokes):
             break
-        query(net)
+        net.query()
     assert sum(s.fitted for s in net.spokes) + sum(len(s._X) for s in net.spokes) == len(X)
 
 
@@ -401,7 +392,7 @@ def test_easgd_applies_the_elastic_force_to_both_sides(m):
     assert np.max(np.abs(global_model(net) - centre)) < 1e-12
     for s in range(k):
         assert np.max(np.abs(net.spokes[s].pipeline.learner.get_params() - local[s])) < 1e-12
-    assert query(net)["protocol"]["rounds"] == 12 * k  # every exchange reaches every hub
+    assert net.query()["protocol"]["rounds"] == 12 * k  # every exchange reaches every hub
 
 
 def test_easgd_rejects_an_overshooting_step():
@@ -655,7 +646,7 @@ def test_protocol_on_shuttle_answers_a_valid_query(protocol, extra, m):
     net = network(create(protocol, learner=learner, hubs=m, batch=16, batches=2,
                          pre=[{"name": "StandardScaler"}], **extra), 3, m, shuffle=True, seed=m)
     stream(net, X, y, every=7)
-    q = query(net)
+    q = net.query()
     from learning.requests import SCHEMA_PATH
 
     schema = json.loads(SCHEMA_PATH.with_name("response.schema.json").read_text())

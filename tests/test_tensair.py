@@ -40,15 +40,6 @@ def train(net: LocalNetwork, spoke: int, x, y) -> None:
     net.feed(spoke, lambda: net.spokes[spoke].on_train(list(map(float, x)), float(y)))
 
 
-def query(net: LocalNetwork) -> dict:
-    before = len(net.outputs["responses"])
-    for s in net.spokes:
-        s.on_query("q")
-    net.run()
-    assert len(net.outputs["responses"]) == before + 1
-    return net.outputs["responses"][-1]
-
-
 def test_registered_under_both_names():
     assert PROTOCOLS["TensAIR"] == PROTOCOLS["Decentralized"]
     assert PROTOCOLS["TensAIR"][0] is TensAIRSpoke
@@ -84,8 +75,8 @@ def test_replicas_converge_to_the_same_model(k, buffer):
         train(net, i % k, x, t)
         if i % 7 == 0:
             net.run()
-    q = query(net)  # sends the partial buffers
-    q = query(net)
+    q = net.query()  # sends the partial buffers
+    q = net.query()
     proto = q["protocol"]
     assert proto["spread"] < 1e-9
     assert proto["updates"] == 400 and proto["updatesApplied"] == (k - 1) * proto["updatesSent"]
@@ -114,7 +105,7 @@ def test_staleness_is_what_algorithm_1_implies_for_figure_2():
     # ({green, red, blue} vs {blue})
     assert net.spokes[1].staleness == Counter({1: 1, 2: 2})
     assert net.spokes[2].staleness == Counter({1: 1, 2: 2})
-    q = query(net)
+    q = net.query()
     assert q["protocol"]["staleness"] == {"count": 8, "mean": 15 / 8, "p95": 3, "max": 3}
     assert [s["staleness"]["max"] for s in q["spokes"]] == [3, 2, 2]
 
@@ -154,7 +145,7 @@ def test_max_staleness_makes_the_replica_ahead_wait_for_the_slowest():
     stale_bounded = max(bounded.spokes[1].staleness)
     assert stale_bounded < stale_free
     # the end of the stream: a Query answers every wait, so nothing deadlocks
-    q = query(bounded)
+    q = bounded.query()
     assert q["status"] == "ok" and q["spokes"][0]["maxLead"] <= 1
 
 
@@ -177,7 +168,7 @@ def test_query_reports_the_protocol_state():
     for i in range(30):
         train(net, i % 3, X[i], y[i])
     net.run()
-    q = query(net)
+    q = net.query()
     proto = q["protocol"]
     assert proto["name"] == "TensAIR" and proto["spread"] < 1e-9
     assert set(proto["staleness"]) == {"count", "mean", "p95", "max"}
@@ -273,4 +264,4 @@ def test_replicas_exchange_updates_through_the_kafka_loop_in_flink(broker):
 def test_update_scaling_follows_the_aggregation_rule_unless_given(config, learner, expected):
     net = network(2, create(learner=learner, **config))
     assert {s.update_scaling for s in net.spokes} == {expected}
-    assert query(net)["protocol"]["updateScaling"] == expected
+    assert net.query()["protocol"]["updateScaling"] == expected
