@@ -18,7 +18,10 @@ batch per crossing (``max_batch_delay_ms``, ``max_batch_records``, ``max_batch_b
 flushed before checkpoint barriers); and the stream is keyed by that column in Java
 (PyFlink's own ``KeyByKeySelector``, without the Python key-adding operator ``key_by`` would
 put in front). ``distribution-aware`` sharding adds one Python operator before the spokes
-(:mod:`operators.shard`, parallelism 1, one crossing per batch).
+(:mod:`operators.shard`, parallelism 1, one crossing per batch). On the way back, with
+batching on, a spoke hands the predictions of one crossing to the JVM as one string
+(joined by newlines) and ``omldm.LineSplitter`` (Java) splits them into one Kafka record
+each.
 Spokes are keyed so that their whole state lives in Flink keyed state and survives
 failures (checkpoints) and upgrades (savepoints). Only the low-volume message paths run
 Python before the spokes.
@@ -331,9 +334,14 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
               .process(SpokeFunction(cfg.spokes, cfg.hubs, keys, to_hubs_tag, responses_tag,
                                      dead_tag, cfg.limits(), cfg.protocol_modules,
                                      cfg.execution_mode, cfg.persist_state, cfg.metrics,
-                                     to_spokes_tag),
+                                     to_spokes_tag, join_predictions=batched),
                        output_type=Types.STRING())
               .name("spokes").uid("spokes").set_parallelism(cfg.spokes))
+    predictions = spokes
+    if batched:  # one string per crossing back, split in Java (omldm.LineSplitter)
+        predictions = DataStream(spokes._j_data_stream.flatMap(
+            get_gateway().jvm.omldm.LineSplitter(), Types.STRING().get_java_type_info())
+            .name("split-predictions").uid("split-predictions").setParallelism(cfg.spokes))
     hubs = (spokes.get_side_output(to_hubs_tag)
             .key_by(lambda m: m[0], key_type=Types.INT())
             .process(HubFunction(cfg.spokes, keys, responses_tag, weights_tag, cfg.limits(),
@@ -346,7 +354,7 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
     def output(topic: str) -> KafkaSink:
         return _kafka_sink(cfg, topic, SimpleStringSchema(), cfg.exactly_once_outputs, job_name)
 
-    spokes.sink_to(output(t.predictions)).name("predictions").uid("predictions-sink")
+    predictions.sink_to(output(t.predictions)).name("predictions").uid("predictions-sink")
     # as wide as the hubs (a forward edge): with the job's default width each hub's frames
     # were dealt to several writers, and a spoke's channel reached the topic out of order
     (hubs.sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-out")

@@ -17,7 +17,9 @@ Input 2 carries messages as bytes: hub→spoke envelopes in incarnation frames (
 bookkeeping in sibling frames (first byte 0xFC, :func:`middleware.codec.sibling_frame`, the
 same topic) and JSON control requests, one copy per spoke key.
 
-Outputs: predictions (main output, JSON strings), spoke→hub messages (side output
+Outputs: predictions (main output, JSON strings; with ``join_predictions`` the predictions
+of one element are joined by newlines into one string, one crossing back into Java instead
+of one per prediction, and ``omldm.LineSplitter`` splits them again), spoke→hub messages (side output
 ``(hub_key, bytes)``, keyed by hub id downstream), spoke→spoke messages (side output of
 sibling frame bytes, written to ``psMessages`` and routed back by destination spoke),
 responses and dead letters (JSON).
@@ -75,12 +77,17 @@ class SpokeFunction(KeyedCoProcessFunction):
         savepoints; free in process mode, a serialization per element in thread mode).
     metrics : bool
         Register the Flink metrics of :mod:`operators.metrics`.
+    join_predictions : bool
+        Emit the predictions of one element as one string, joined by ``\n``, to be split
+        in Java (``omldm.LineSplitter``): one crossing back per element instead of one per
+        prediction. Off: one string per prediction.
     """
 
     def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
                  responses_tag, dead_letters_tag, limits: dict | None = None,
                  protocol_modules: tuple[str, ...] = (), execution_mode: str = "thread",
-                 persist: bool = True, metrics: bool = True, to_spokes_tag=None) -> None:
+                 persist: bool = True, metrics: bool = True, to_spokes_tag=None,
+                 join_predictions: bool = False) -> None:
         self.n_spokes = n_spokes
         self.n_hubs = n_hubs
         self.hub_keys = hub_keys
@@ -93,6 +100,7 @@ class SpokeFunction(KeyedCoProcessFunction):
         self.execution_mode = execution_mode
         self.persist = persist
         self.metrics_on = metrics
+        self.join_predictions = join_predictions
 
     def open(self, runtime_context) -> None:
         import_protocols(self.protocol_modules)
@@ -128,11 +136,17 @@ class SpokeFunction(KeyedCoProcessFunction):
         if kernel.out:
             out, kernel.out = kernel.out, []
             tags = self.tags
+            predictions = [] if self.join_predictions else None
             for stream, value in out:
                 if stream is None:
-                    yield value
+                    if predictions is None:
+                        yield value
+                    else:
+                        predictions.append(value)
                 elif tags[stream] is not None:
                     yield tags[stream], value
+            if predictions:
+                yield "\n".join(predictions)
 
     def process_element1(self, value, ctx):
         kernel = self._kernel()
