@@ -5,13 +5,14 @@ EVENFLOW basic, fast), on the in-process kernel with the Flink loop's latency si
                                                    [--within 0.005] [--grid 0.04,0.02,...]
                                                    [--json PATH]
 
-For every dataset, variant and threshold of the grid (default 0.04, 0.02, 0.01, 0.005): one run of
-:func:`flink_jobs.experiment.run_local` (4 spokes, spoke shares of seed 0, the whole
-stream) with messages delivered only every ``--lag`` records. On Flink a check (FDA's poll,
-EVENFLOW's ``begin_sync``) travels back through Kafka while spokes train on, so rounds end
-late and, under PA's ``sum`` rule, overshoot; delivering every 500 records reproduces that
-(RandomRBF, FDA naive at 0.04 without waiting increments: 0.7395 here, 0.7808 on Flink
-with 112 rounds, against 0.7726 with every message delivered at once).
+For every dataset, variant and threshold of the grid (``--grid``, default 0.04, 0.02,
+0.01, 0.005): one run of :func:`flink_jobs.experiment.run_local` (4 spokes, spoke shares
+of seed 0, the whole stream) with messages delivered only every ``--lag`` records. On
+Flink a check (FDA's poll, EVENFLOW's ``begin_sync``) travels back through Kafka while
+spokes train on, so rounds end late and, under PA's ``sum`` rule, overshoot; delivering
+every 500 records reproduces that (RandomRBF, FDA naive at 0.04 without waiting
+increments: 0.7395 here, 0.7808 on Flink with 112 rounds, against 0.7726 with every
+message delivered at once).
 
 Printed per dataset: each run's prequential accuracy, bytes both ways and rounds, BSP's
 bytes beside them, and the pick: the largest threshold within ``--within`` of the

@@ -19,10 +19,10 @@ same topic) and JSON control requests, one copy per spoke key.
 
 Outputs: predictions (main output, JSON strings; with ``join_predictions`` the predictions
 of one element are joined by newlines into one string, one crossing back into Java instead
-of one per prediction, and ``omldm.LineSplitter`` splits them again), spoke→hub messages (side output
-``(hub_key, bytes)``, keyed by hub id downstream), spoke→spoke messages (side output of
-sibling frame bytes, written to ``psMessages`` and routed back by destination spoke),
-responses and dead letters (JSON).
+of one per prediction, and ``omldm.LineSplitter`` splits them again), spoke→hub messages
+(side output ``(hub_key, bytes)``, keyed by hub id downstream), spoke→spoke messages (side
+output of sibling frame bytes, written to ``psMessages`` and routed back by destination
+spoke), responses and dead letters (JSON).
 
 Everything a spoke holds (pipelines, local models, preprocessor statistics, mini-batch
 buffers, protocol state, middleware sequence numbers and pending promises, counters) is one
