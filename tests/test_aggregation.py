@@ -18,7 +18,7 @@ from learning.protocols import make_spoke
 from learning.protocols.sharding import DEFAULT_AGGREGATION, aggregation_of
 from learning.requests import parse_request
 from tests.test_protocols import (_least_squares_registered, centralized_sgd, create,  # noqa: F401
-                                  global_model, network, query, regression, sgd_step, stream)
+                                  global_model, network, regression, sgd_step, stream)
 
 
 # -- the sum rule ---------------------------------------------------------------------------
@@ -39,7 +39,7 @@ def test_bsp_sum_is_centralized_sgd_with_k_times_the_batch_and_the_step(k, m):
     assert np.max(np.abs(global_model(net) - expected)) < 1e-9
     for s in net.spokes:
         assert np.max(np.abs(s.pipeline.learner.get_params() - expected)) < 1e-9
-    assert query(net)["protocol"]["aggregation"] == "sum"
+    assert net.query()["protocol"]["aggregation"] == "sum"
 
 
 def _pa(aggregation: str, protocol: str = "Synchronous", **extra) -> dict:
@@ -63,7 +63,7 @@ def test_sum_of_one_record_per_spoke_is_sequential_training_where_steps_do_not_i
     for rule in ("sum", "average"):
         net = network(_pa(rule, protocol, **extra), k, 1)
         stream(net, X, y, every=1)
-        query(net)  # closes the round of the protocols that wait for one
+        net.query()  # closes the round of the protocols that wait for one
         models[rule] = global_model(net)
     # one learner of the same pipeline, the records one after the other
     ref = make_spoke(parse_request(_pa("sum"))).pipeline.learner
@@ -130,7 +130,7 @@ def test_an_update_switches_the_rule_of_a_running_pipeline():
     for node in (*net.spokes, *net.hubs):
         node.update(upd)
     stream(net, X[100:], y[100:])
-    q = query(net)
+    q = net.query()
     assert q["protocol"]["aggregation"] == "sum"
     assert {s["aggregation"] for s in q["spokes"]} == {"sum"}
 
@@ -156,9 +156,9 @@ def test_every_spoke_scales_like_one_scaler_over_the_whole_stream_after_a_round(
     net = network(create(protocol, batch=10, batches=2, pre=[{"name": "StandardScaler"}], **extra),
                   k, m)
     stream(net, X, y, spoke_of=spoke_of)
-    q = query(net)
+    q = net.query()
     while any(net.paused(i) for i in range(k)) or q["fitted"] < len(X):
-        q = query(net)
+        q = net.query()
     if protocol in ("Asynchronous", "SSP", "EASGD"):  # pushes answered one by one: twice more
         for s in net.spokes:
             s.exchange() if protocol == "EASGD" else s._push()
@@ -177,7 +177,7 @@ def test_every_spoke_scales_like_one_scaler_over_the_whole_stream_after_a_round(
         scaler = s.pipeline.preprocessors[0]
         assert scaler.n == len(X)
         np.testing.assert_allclose(scaler.transform(probe), expected, rtol=1e-9, atol=1e-9)
-    stats = query(net)["model"]["preProcessors"][0]
+    stats = net.query()["model"]["preProcessors"][0]
     assert stats["n"] == len(X)
     np.testing.assert_allclose(stats["mean"], one.mean, rtol=1e-9)
 
@@ -195,7 +195,7 @@ def test_stateless_preprocessors_add_nothing_to_the_messages():
     for pre in ([], [{"name": "FeatureSelector", "hyperParameters": {"indices": [0, 1, 2, 3, 4]}}]):
         net = network(create("Synchronous", batch=10, pre=pre), 2, 1)
         stream(net, X, y)
-        sizes[len(pre)] = query(net)["protocol"]["syncBytesToHubs"]
+        sizes[len(pre)] = net.query()["protocol"]["syncBytesToHubs"]
     assert sizes[0] == sizes[1]
 
 
@@ -211,4 +211,4 @@ def test_statistics_that_do_not_fit_are_left_out_never_raised():
     hub.merge_preprocessors([None, None])  # two preprocessors, the pipeline has one
     assert hub.preprocessor_merge_errors == 2
     assert hub.preprocessors[0].statistics()["n"] == before["n"]
-    assert query(net)["protocol"]["preprocessorMergeErrors"] == 2
+    assert net.query()["protocol"]["preprocessorMergeErrors"] == 2
