@@ -52,7 +52,7 @@ def row(cluster: SessionCluster, servers: str, parallelism: int, mode: str,
                     f"spokes: {parallelism}\nhubs: 1\nexecution_mode: {mode}\n"
                     f"checkpoint_interval_ms: 60000\njob_name: omldm-scaling-{parallelism}\n")
     cfg = JobConfig(bootstrap_servers=servers,
-                    topics=Topics(**{f: prefix + v for f, v in Topics().__dict__.items()}))
+                    topics=Topics.prefixed(prefix))
     msgs, n_train, n_fore = messages(X, y, 1)
     s = Session(cfg, "scaling").connect()
     job = cluster.submit_python(ENTRY, "--config", str(conf), pyexec=sys.executable,

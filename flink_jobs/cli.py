@@ -63,8 +63,7 @@ class UsageError(Exception):
 
 
 def _topics(args: argparse.Namespace) -> Topics:
-    prefix = args.topic_prefix or ""
-    return Topics(**{f: prefix + v for f, v in Topics().__dict__.items()})
+    return Topics.prefixed(args.topic_prefix or "")
 
 
 def _need_servers(conn: KafkaConnection) -> str:

@@ -29,6 +29,19 @@ class Topics:
     def all(self) -> list[str]:
         return [getattr(self, f.name) for f in fields(self)]
 
+    @classmethod
+    def prefixed(cls, prefix: str = "", **names: str) -> "Topics":
+        """The default names (or those given in ``names``, by field), each behind
+        ``prefix``: ``Topics.prefixed("a-").training == "a-training"``.
+
+        Raises
+        ------
+        TypeError
+            For a name that is not a field.
+        """
+        return cls(**{f.name: prefix + names.pop(f.name, f.default) for f in fields(cls)},
+                   **names)
+
 
 @dataclass(frozen=True)
 class JobConfig:

@@ -221,8 +221,7 @@ def job_settings(settings: Mapping[str, Any], args: argparse.Namespace) -> dict[
         out["flink_options"] = tuple(settings["flink"].items())
     if "topics" in settings:
         prefix = given.get("topic_prefix") or settings.get("topic_prefix", "")
-        base = {f: prefix + v for f, v in Topics().__dict__.items()}
-        out["topics"] = Topics(**{**base, **{k: prefix + v for k, v in settings["topics"].items()}})
+        out["topics"] = Topics.prefixed(prefix, **settings["topics"])
     return out
 
 

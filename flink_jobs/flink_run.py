@@ -92,8 +92,7 @@ def config_from_args(args: argparse.Namespace, file_settings: dict | None = None
     conn = KafkaConnection.from_args(args)
     if not conn.bootstrap_servers:
         raise SystemExit("flink_run.py: --bootstrap-servers (or $OMLDM_BOOTSTRAP_SERVERS) is required")
-    prefix = args.topic_prefix or ""
-    extra = {"topics": Topics(**{f: prefix + v for f, v in Topics().__dict__.items()}),
+    extra = {"topics": Topics.prefixed(args.topic_prefix or ""),
              **job_settings(file_settings or {}, args)}
     extra.update(weights_settings(args, extra["topics"]))
     return JobConfig(bootstrap_servers=conn.bootstrap_servers, spokes=args.spokes, hubs=args.hubs,

@@ -34,8 +34,7 @@ def local_config(bootstrap_servers: str, *, topic_prefix: str = "", **kw) -> Job
     is a demo or a test; clusters get the 10 s default through ``flink_jobs.flink_run``).
     ``topics`` in ``kw`` (a :class:`Topics`) replaces the prefixed default names."""
     kw.setdefault("checkpoint_interval_ms", 0)
-    topics = kw.pop("topics", None) or Topics(**{f: topic_prefix + v
-                                                 for f, v in Topics().__dict__.items()})
+    topics = kw.pop("topics", None) or Topics.prefixed(topic_prefix)
     return JobConfig(bootstrap_servers=bootstrap_servers, topics=topics,
                      jars=tuple(p.as_uri() for p in job_jars()), **kw)
 

@@ -81,7 +81,7 @@ def run(broker, tmp_path_factory):
     X, y = shuttle()
     wd = tmp_path_factory.mktemp("cluster")
     cfg = JobConfig(bootstrap_servers=broker.bootstrap_servers,
-                    topics=Topics(**{f: PREFIX + v for f, v in Topics().__dict__.items()}))
+                    topics=Topics.prefixed(PREFIX))
     with SessionCluster(wd, taskmanagers=2, slots=2, prometheus_ports=PROM_PORTS) as cluster:
         s = Session(cfg, "cluster").connect()
         try:

@@ -139,7 +139,7 @@ def test_the_feedback_source_fetches_with_its_own_wait():
 
 def test_topics_lists_only_the_prefixed_job_topics(broker, capsys):
     servers = broker.bootstrap_servers
-    t = Topics(**{f: "tp-" + v for f, v in Topics().__dict__.items()})
+    t = Topics.prefixed("tp-")
     create_topics(servers, [t.training, t.requests, "tp-other", "training"])
     p = JsonProducer(servers)
     for i in range(3):  # one flush per record: one offset per record even on this broker

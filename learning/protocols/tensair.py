@@ -139,6 +139,7 @@ class TensAIRHub(PipelineHub):
         histogram = Counter()
         for s in answer["spokes"]:
             histogram.update({int(v): int(n) for v, n in s.pop("stalenessHistogram")})
+        first = answer["spokes"][0] if answer["spokes"] else {}
         answer["protocol"].update({
             "updates": sum(s["updatesMade"] for s in answer["spokes"]),
             "updatesSent": sum(s["updatesSent"] for s in answer["spokes"]),
@@ -146,7 +147,7 @@ class TensAIRHub(PipelineHub):
             "bytesBetweenSpokes": sum(s["bytesToSiblings"] for s in answer["spokes"]),
             "staleness": staleness_summary(histogram),
             "spread": spread,
-            "updateScaling": answer["spokes"][0].get("updateScaling") if answer["spokes"] else None,
+            "updateScaling": first.get("updateScaling"),  # every replica runs the same rule
         })
         return answer
 
