@@ -74,8 +74,9 @@ def scrape_until(cluster: SessionCluster, s: Session, n_train: int, timeout: flo
     while True:
         s.query(0)
         text = scrape(cluster)
-        if metric_sum(text, "omldm_pipeline_fitted") == n_train and \
-                metric_sum(text, "omldm_pipeline_updates") > 0 or time.monotonic() > deadline:
+        counted = metric_sum(text, "omldm_pipeline_fitted") == n_train
+        if (counted and metric_sum(text, "omldm_pipeline_updates") > 0) or \
+                time.monotonic() > deadline:
             return text
         time.sleep(1.5)
 
@@ -217,10 +218,10 @@ def test_flink_metrics_reach_prometheus(run):
                if not re.search(rf"^{name}\{{", before + text, re.M)]
     assert not missing, missing
     if metric_sum(text, "omldm_pipeline_updates") == 0:
-        # seen twice in CI (fresh machines), never in 7 runs on the development machine: after the
-        # failover the restored hub's counters stayed out of the scrape for 60 s while the
-        # spokes' were exact; the hub's own statistics (in every Query answer) are restored.
-        # Cause unknown: reported, not hidden
+        # seen twice in CI (fresh machines), never in 7 runs on the development machine:
+        # after the failover the restored hub's counters stayed out of the scrape for 60 s
+        # while the spokes' were exact; the hub's own statistics (in every Query answer)
+        # are restored. Cause unknown: reported, not hidden
         pytest.xfail(f"the restored hub's counters are not in the scrape: {hub_lines(text)}")
 
 
