@@ -2,13 +2,17 @@
 memory stay flat?
 
     .venv/bin/python benchmarks/soak.py [--records 5000000] [--mode thread] [--json PATH]
+        [--protocol Synchronous] [--max-backlog-mb 64] [--feedback-wait-ms 20]
 
 One local broker, one job (2 spokes, 1 hub, the default ``max_batch_delay_ms``), two
 pipelines fed by the same stream: pipeline 0 the demo's (StandardScaler + PA, Asynchronous,
 mini-batches of 32, a push every 4) and pipeline 1 the same with mini-batches of 16 and a
-push every 2. (Not BSP: a BSP round waits on the Kafka loop, ~7,000 records/s here, and a
-paused pipeline holds what it cannot fit yet in memory while the others go on — in a
-first soak 785,000 records per spoke after 90 s, which is what its RSS then measured.) Shuttle is repeated to
+push every 2, under ``--protocol`` (default Asynchronous). With ``--protocol
+Synchronous`` pipeline 1 falls behind: a BSP round waits on the Kafka loop (~7,000
+records/s here), and a paused pipeline holds what it cannot fit yet while the other goes
+on, up to ``max_backlog_bytes`` per spoke (``--max-backlog-mb``); past it its records are
+dead-lettered (``backlog_full``), and the run checks that fitted + predicted + shed is
+every record, and that each shed record is on the deadLetters topic. Shuttle is repeated to
 ``--records`` records (every 5th to ``forecasting``) and written by a confluent-kafka
 producer in chunks that stay at most ``--lag`` records ahead of what the job has handled,
 as a live source would (behind the slower pipeline).
@@ -94,8 +98,9 @@ def jvm_heap_after_gc() -> float | None:
     return int(used.group(1)) / 1024 if used else None
 
 
-def count_predictions(servers: str, topic: str) -> dict[int, int]:
-    """Predictions on ``topic`` per pipeline, read from the beginning (confluent-kafka)."""
+def count_per_pipeline(servers: str, topic: str) -> dict[int, int]:
+    """Records on ``topic`` (predictions or dead letters) per pipeline, read from the
+    beginning (confluent-kafka)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": servers, "group.id": "soak-count",
@@ -121,13 +126,25 @@ def main() -> None:
     ap.add_argument("--lag", type=int, default=300_000, help="most records ahead of the job")
     ap.add_argument("--every", type=float, default=10.0, help="seconds between report lines")
     ap.add_argument("--json", metavar="PATH", help="write the samples and the verdict")
+    ap.add_argument("--protocol", default="Asynchronous", help="pipeline 1's protocol")
+    ap.add_argument("--max-backlog-mb", type=float, default=None,
+                    help="JobConfig.max_backlog_bytes in MiB (default: the job's default)")
+    ap.add_argument("--feedback-wait-ms", type=int, default=None,
+                    help="JobConfig.feedback_fetch_max_wait_ms (default: the job's, 1); 20 "
+                         "for a BSP pipeline on the local broker, where a 1 ms fetch loop "
+                         "starves it once the stream has ended (docs/performance.md)")
     args = ap.parse_args()
     X0, y0 = shuttle()
     with LocalBroker() as broker:
+        extra = ({"max_backlog_bytes": int(args.max_backlog_mb * 2**20)}
+                 if args.max_backlog_mb else {})
+        if args.feedback_wait_ms is not None:
+            extra["feedback_fetch_max_wait_ms"] = args.feedback_wait_ms
         cfg = local_config(broker.bootstrap_servers, topic_prefix="soak-", spokes=2, hubs=1,
-                           execution_mode=args.mode)
+                           execution_mode=args.mode, **extra)
         with Session(cfg, "omldm-soak") as s:
             second = shuttle_create_request(1, mini_batch_size=16, mini_batches=2)
+            second["trainingConfiguration"]["protocol"] = args.protocol
             for req in (shuttle_create_request(0), second):
                 created = s.request(req, timeout=120)
                 if created.get("status") != "ok":
@@ -137,8 +154,11 @@ def main() -> None:
             n_train = n_fore = sent = 0
             last_report = 0.0
 
-            def handled() -> int:  # by the slower pipeline
-                return min(q["fitted"] + q["predicted"] for q in (s.query(0), s.query(1)))
+            last: list[dict] = []
+
+            def handled() -> int:  # by the slower pipeline (shed records count)
+                last[:] = [s.query(0), s.query(1)]
+                return min(q["fitted"] + q["predicted"] + q["rejected"] for q in last)
 
             while sent < args.records or handled() < sent:
                 if sent < args.records and sent - handled() < args.lag:
@@ -161,33 +181,51 @@ def main() -> None:
                     mem = rss_mib()
                     heap = jvm_heap_after_gc() if not any("heap_after_gc" in x for x in samples) \
                         and now >= 60.0 else None
-                    samples.append({"t": now, "handled": done, **mem,
+                    held = sum(x["heldBytes"] for x in last[1]["spokes"]) / 2**20
+                    samples.append({"t": now, "handled": done, **mem, "held_mib": held,
+                                    "shed": last[1]["rejected"],
                                     **({"heap_after_gc": heap} if heap is not None else {})})
                     print(f"{now:7.1f} s  handled {done:>10,}  {done / now:8,.0f} rec/s  "
-                          f"RSS jvm {mem['jvm']:7.0f} MiB  workers {mem['workers']:7.0f} MiB"
+                          f"RSS jvm {mem['jvm']:7.0f} MiB  workers {mem['workers']:7.0f} MiB  "
+                          f"pipeline 1 holds {held:5.1f} MiB, shed {last[1]['rejected']:,}"
                           + (f"  JVM heap after a full GC {heap:6.0f} MiB" if heap else ""),
                           flush=True)
             deadline = time.monotonic() + 600
+
+            def accounted(f: dict) -> bool:  # every record fitted, predicted or shed
+                return f["fitted"] + f["predicted"] + f["rejected"] == n_train + n_fore
+
             while True:
                 finals = [s.query(p) for p in (0, 1)]
-                if all(f["fitted"] == n_train and f["predicted"] == n_fore for f in finals):
+                if all(accounted(f) for f in finals):
                     break
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"counts after 600 s: {[(f['fitted'], f['predicted']) for f in finals]}")
+                    got = [(f["fitted"], f["predicted"], f["rejected"]) for f in finals]
+                    raise TimeoutError(f"(fitted, predicted, shed) after 600 s: {got}")
                 time.sleep(1.0)
             elapsed = time.monotonic() - t0
             mem = rss_mib()
             heap_end = jvm_heap_after_gc()
             samples.append({"t": elapsed, "handled": sent, **mem, "heap_after_gc": heap_end})
-            on_topic = count_predictions(broker.bootstrap_servers, cfg.topics.predictions)
+            on_topic = count_per_pipeline(broker.bootstrap_servers, cfg.topics.predictions)
+            dead_on_topic = count_per_pipeline(broker.bootstrap_servers, cfg.topics.dead_letters)
     after_minute = next((x for x in samples if "heap_after_gc" in x), samples[0])
     growth = {k: 100.0 * (samples[-1][k] / after_minute[k] - 1.0) if after_minute.get(k) else None
               for k in ("jvm", "workers", "heap_after_gc")}
     verdict = {"records": sent, "training": n_train, "forecasting": n_fore,
                "seconds": elapsed, "records_per_second": sent / elapsed,
                "exact": all(f["fitted"] == n_train and f["predicted"] == n_fore for f in finals),
-               "predictions_on_topic": on_topic,
+               "accounted": all(accounted(f) for f in finals)
+               and all(dead_on_topic.get(p, 0) == f["rejected"] for p, f in enumerate(finals))
+               and all(on_topic.get(p, 0) == f["predicted"] for p, f in enumerate(finals)),
+               "protocols": ["Asynchronous", args.protocol],
+               "fitted": [f["fitted"] for f in finals],
+               "predicted": [f["predicted"] for f in finals],
+               "predictions_on_topic": on_topic, "dead_letters_on_topic": dead_on_topic,
                "rejected": [f["rejected"] for f in finals],
+               "rejected_by": [f["rejectedBy"] for f in finals],
+               "max_backlog_bytes": cfg.max_backlog_bytes,
+               "feedback_fetch_max_wait_ms": cfg.feedback_fetch_max_wait_ms,
                "prequential_accuracy": [f["prequentialAccuracy"] for f in finals],
                "rss_growth_after_first_minute_percent": growth, "mode": args.mode}
     print(json.dumps(verdict), flush=True)

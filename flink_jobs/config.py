@@ -129,6 +129,13 @@ class JobConfig:
     max_response_params : int
         Query responses carry the global model's parameters up to this many; above it a
         summary with ``truncated: true``.
+    max_backlog_bytes : int
+        Bytes of data records that one pipeline holds on one spoke while it waits on its
+        hubs (``then_sync``: BSP rounds, FDA and EVENFLOW synchronizations), counted as
+        each Kafka record's JSON plus 96; past it, the pipeline's records are
+        dead-lettered with code ``backlog_full`` (and counted in its ``rejectedBy``)
+        until it catches up, and other pipelines are untouched. Default 64 MiB (about
+        390,000 Shuttle records, 170 MiB of memory).
     prediction_scores : bool
         Each prediction also carries ``classes`` and ``probabilities`` (the class
         probabilities it was made with) where the pipeline's learner has them (MLP, CNN,
@@ -198,6 +205,7 @@ class JobConfig:
     max_pipelines: int = 64
     max_model_params: int = 10_000_000
     max_response_params: int = 10_000
+    max_backlog_bytes: int = 64 << 20
     prediction_scores: bool = False
     publish_weights: bool = True
     weights_every_ms: int = 1000
@@ -224,13 +232,14 @@ class JobConfig:
                 "max_model_params": self.max_model_params,
                 "max_message_bytes": self.max_message_bytes,
                 "max_response_params": self.max_response_params,
+                "max_backlog_bytes": self.max_backlog_bytes,
                 "prediction_scores": self.prediction_scores,
                 "weights_every_ms": self.weights_every_ms if self.publish_weights else None}
 
     def __post_init__(self) -> None:
         for name in ("spokes", "hubs", "bundle_size", "max_request_bytes", "max_pipelines",
                      "max_model_params", "max_response_params", "max_batch_records",
-                     "max_batch_bytes"):
+                     "max_batch_bytes", "max_backlog_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_message_bytes < 1024:

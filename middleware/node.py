@@ -71,7 +71,8 @@ class NetworkContext(Protocol):
         Calls this node's stream waits on (``then_sync``); always 0 on hubs.
     backlog : collections.abc.Sized
         Stream records held while the stream is paused, in order (a deque of
-        ``(training?, record)`` on spokes, empty on hubs).
+        ``(training?, record)`` on spokes, where a record may still be its Kafka record's
+        bytes, :class:`operators.spoke_kernel.SpokeContext`; empty on hubs).
     """
 
     network: int

@@ -13,7 +13,8 @@ from typing import Any
 from learning.errors import RequestError
 from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 
-__all__ = ["DEFAULT_LIMITS", "limits_of", "check_sizes", "check_execution_mode",
+__all__ = ["DEFAULT_LIMITS", "DEFAULT_MAX_BACKLOG_BYTES", "limits_of", "check_sizes",
+           "check_execution_mode",
            "error_response", "import_protocols"]
 
 #: The service's limits (a job may override each, :class:`flink_jobs.config.JobConfig`):
@@ -21,14 +22,21 @@ __all__ = ["DEFAULT_LIMITS", "limits_of", "check_sizes", "check_execution_mode",
 #: ``too_many_pipelines``), ``max_model_params`` (a learner hyperparameter or parameter
 #: above it, e.g. a 10⁹-wide model: ``too_large``), ``max_message_bytes`` (bytes; larger
 #: envelopes are fragmented, since psMessages crosses Kafka, whose default message limit
-#: is 1 MB), ``max_response_params`` (larger models are summarized in a Query).
+#: is 1 MB), ``max_response_params`` (larger models are summarized in a Query),
+#: ``max_backlog_bytes`` (bytes of records one paused pipeline holds on one spoke; past
+#: it, its records are dead-lettered with code ``backlog_full``,
+#: :class:`operators.spoke_kernel.SpokeContext`).
 #: Two settings ride along that are not limits: ``prediction_scores`` (bool), whether each
 #: prediction also carries the class probabilities where the learner has them, and
 #: ``weights_every_ms`` (int milliseconds, or None: off), how often hubs publish each
 #: pipeline's global model to the weights topic (:mod:`operators.weights`).
+#: 64 MiB: about 390,000 Shuttle records (75 bytes of JSON each), ~10 s of a BSP pipeline
+#: that falls behind the soak's stream (benchmarks/soak.py)
+DEFAULT_MAX_BACKLOG_BYTES = 64 << 20
 DEFAULT_LIMITS = {"max_request_bytes": 1_000_000, "max_pipelines": 64,
                   "max_model_params": 10_000_000, "max_message_bytes": DEFAULT_MAX_MESSAGE_BYTES,
-                  "max_response_params": 10_000, "prediction_scores": False,
+                  "max_response_params": 10_000, "max_backlog_bytes": DEFAULT_MAX_BACKLOG_BYTES,
+                  "prediction_scores": False,
                   "weights_every_ms": None}
 
 

@@ -35,12 +35,16 @@ from middleware import SPOKE, codec
 from middleware.codec import SiblingOp, Wire
 from middleware.errors import CodecError
 from operators.feedback import RESEND_AFTER_S, ResendWindow, SpokeChannels, new_incarnation
-from operators.service import (check_execution_mode, check_sizes, error_response, limits_of)
+from operators.service import (DEFAULT_MAX_BACKLOG_BYTES, check_execution_mode, check_sizes,
+                               error_response, limits_of)
 
 __all__ = ["SpokeKernel", "SpokeContext", "HUBS", "SPOKES"]
 
 log = logging.getLogger(__name__)
 NUDGE_EVERY_S = 1.0  # a paused spoke acknowledges its hub channels at most this often
+#: Bytes a held Kafka record costs beyond its JSON: the bytes object and its backlog entry
+#: (measured: 170 bytes per 75-byte Shuttle record; parsed, the same record takes 620).
+HELD_COST = 96
 _TRAIN = "T"  # the SQL source's tag of training records; forecasting ones are "P"
 HUBS = "hubs"  # names of the kernel's outputs; None is the main output (predictions)
 SPOKES = "spokes"  # spoke→spoke sibling frames (operators.feedback), bytes, for psMessages
@@ -62,9 +66,53 @@ class SpokeContext:
         self.max_response_params = op.limits["max_response_params"]
         self.prediction_scores = op.limits["prediction_scores"]
         self.pauses = 0  # calls this pipeline's stream waits on (then_sync)
-        # this pipeline's records that arrived while it was paused: (training?, record),
-        # or (None, fn) from feed()
+        # what this pipeline got while it was paused, in order: (training?, the Kafka
+        # record's bytes, parsed again when it is taken), (training?, a parsed record)
+        # put back by the node, or (None, fn) from feed() and the node
         self.backlog: deque[tuple[bool | None, Any]] = deque()
+        self.max_backlog_bytes = op.limits.get("max_backlog_bytes", DEFAULT_MAX_BACKLOG_BYTES)
+        self.held_bytes = 0  # HELD_COST of the Kafka records in the backlog
+        self.held_raw = 0  # backlog entries that are Kafka records' bytes
+        self.held_raw_records = 0  # data records in them
+        self.shed = 0  # data records dead-lettered with code backlog_full
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling: a context pickled before backlogs were bounded holds parsed records
+        only, and gets the default bound."""
+        self.__dict__.update(state)
+        if "held_bytes" not in state:
+            self.max_backlog_bytes = DEFAULT_MAX_BACKLOG_BYTES
+            self.held_bytes = self.held_raw = self.held_raw_records = self.shed = 0
+
+    def hold(self, train: bool, raw: bytes, n: int) -> bool:
+        """Keep the Kafka record ``raw`` (``n`` data records) at the end of the backlog
+        and return True, or return False when that would take :attr:`held_bytes` past
+        ``max_backlog_bytes`` (its records are then to be shed)."""
+        cost = len(raw) + HELD_COST
+        if self.held_bytes + cost > self.max_backlog_bytes:
+            return False
+        self.held_bytes += cost
+        self.held_raw += 1
+        self.held_raw_records += n
+        self.backlog.append((train, raw))
+        return True
+
+    def held(self) -> int:
+        """Data records (and callables) in the backlog."""
+        return self.held_raw_records + len(self.backlog) - self.held_raw
+
+    def held_records(self) -> list[tuple[bool | None, Any]]:
+        """The backlog with each held Kafka record's data records parsed: ``[(training?,
+        record dict), ...]`` and ``(None, fn)``, in order (for inspection; O(backlog))."""
+        out = []
+        for train, rec in self.backlog:
+            if type(rec) is bytes:
+                obj = orjson.loads(rec)
+                out += [(train, r) for r in (obj if isinstance(obj, list) else [obj])
+                        if isinstance(r, dict) and "features" in r]
+            else:
+                out.append((train, rec))
+        return out
 
     def send(self, dst_index: int, data: bytes) -> None:
         if not 0 <= dst_index < self.n_hubs:
@@ -331,12 +379,16 @@ class SpokeKernel:
         for train, raw in records:
             line(train, raw)
 
-    def _line(self, train: bool, raw: str | memoryview) -> None:
+    def _line(self, train: bool, raw: str | memoryview | bytes) -> None:
         """One Kafka record (a JSON object or array of them) to every pipeline.
 
         Each record goes to every pipeline; a pipeline whose stream is paused (waiting on
         its hubs, ``then_sync``) holds it in its own backlog, in order, and the other
-        pipelines go on: one pipeline's synchronization never holds up another's.
+        pipelines go on: one pipeline's synchronization never holds up another's. A
+        paused pipeline holds the Kafka record's bytes (parsed again when it resumes:
+        a quarter of the memory of the parsed records), up to ``max_backlog_bytes``
+        (:data:`HELD_COST` each beyond the JSON); past that its records are shed:
+        dead-lettered with code ``backlog_full`` and counted by that pipeline alone.
         """
         try:
             obj = orjson.loads(raw)
@@ -344,22 +396,58 @@ class SpokeKernel:
             self._dead(raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace"),
                        RecordRejected(f"not valid JSON: {exc}", "not_json"))
             return
-        for rec in (obj if isinstance(obj, list) else (obj,)):
-            if not isinstance(rec, dict) or "features" not in rec:
+        recs = self._records(obj, True)
+        if not recs:
+            return
+        if not self.nodes:
+            self.records_without_pipeline += len(recs)
+            return
+        held = None
+        for node in self.nodes.values():
+            ctx = node.ctx
+            if ctx.pauses or ctx.backlog:
+                if held is None:
+                    held = raw.encode() if isinstance(raw, str) else bytes(raw)
+                if not ctx.hold(train, held, len(recs)):
+                    self._shed(node, recs)
+                continue
+            for i, rec in enumerate(recs):
+                if ctx.pauses or ctx.backlog:  # paused midway through an array: the rest
+                    # waits, in order
+                    ctx.backlog.extend((train, r) for r in recs[i:])
+                    break
+                node.on_record(train, rec)
+
+    def _records(self, obj: Any, dead_letter: bool) -> list:
+        """The data records of a parsed Kafka record (an object or an array of them); the
+        others are dead-lettered (``dead_letter``; a held record's were already) and left
+        out."""
+        recs = obj if isinstance(obj, list) else [obj]
+        if all(type(rec) is dict and "features" in rec for rec in recs):
+            return recs
+        good = []
+        for rec in recs:
+            if isinstance(rec, dict) and "features" in rec:
+                good.append(rec)
+            elif dead_letter:
                 self._dead(rec, RecordRejected(
                     f"a record is a JSON object with a 'features' list, got "
                     f"{'an object without features' if isinstance(rec, dict) else type(rec).__name__}",
                     "not_a_record"))
-                continue
-            if not self.nodes:
-                self.records_without_pipeline += 1
-                continue
-            for node in self.nodes.values():
-                ctx = node.ctx
-                if ctx.pauses or ctx.backlog:
-                    ctx.backlog.append((train, rec))
-                else:
-                    node.on_record(train, rec)
+        return good
+
+    def _shed(self, node, recs: list) -> None:
+        """Records that pipeline ``node`` cannot hold (its backlog is full): dead letters
+        with code ``backlog_full``, counted by that pipeline alone."""
+        ctx = node.ctx
+        ctx.shed += len(recs)
+        exc = RecordRejected(
+            f"pipeline {ctx.network} is paused (waiting on its hubs) and already holds "
+            f"{ctx.held_bytes:,} bytes of records on spoke {self.index}, its limit "
+            f"(max_backlog_bytes {ctx.max_backlog_bytes:,}): the stream comes faster than "
+            f"the pipeline synchronizes", "backlog_full")
+        for rec in recs:
+            node.refuse(rec, exc)
 
     def feed(self, network: int, fn: Callable[[], Any]) -> None:
         """Run ``fn()`` (a stream record for pipeline ``network``'s node, for callers that
@@ -388,11 +476,18 @@ class SpokeKernel:
     def _run_backlogs(self) -> None:
         """Feed each resumed pipeline what it held, until it is done or pauses again."""
         for nid, node in list(self.nodes.items()):
-            backlog = node.ctx.backlog
-            while backlog and not node.ctx.pauses and nid in self.nodes:
+            ctx = node.ctx
+            backlog = ctx.backlog
+            while backlog and not ctx.pauses and nid in self.nodes:
                 train, rec = backlog.popleft()
-                if train is None:  # fed with feed()
+                if train is None:  # fed with feed(), or put back by the node
                     rec()
+                elif type(rec) is bytes:  # a held Kafka record: its records go first
+                    recs = self._records(orjson.loads(rec), False)
+                    ctx.held_bytes -= len(rec) + HELD_COST
+                    ctx.held_raw -= 1
+                    ctx.held_raw_records -= len(recs)
+                    backlog.extendleft((train, r) for r in reversed(recs))
                 else:
                     node.on_record(train, rec)
 

@@ -18,8 +18,8 @@ from operators.spoke_kernel import SpokeKernel
 class Wire:
     """Two spoke kernels and one hub kernel; :meth:`pump` moves messages until quiet."""
 
-    def __init__(self) -> None:
-        self.spokes = [SpokeKernel(i, 2, 1, hub_keys=[0]) for i in range(2)]
+    def __init__(self, limits: dict | None = None) -> None:
+        self.spokes = [SpokeKernel(i, 2, 1, hub_keys=[0], limits=limits) for i in range(2)]
         self.hub = HubKernel(hub=0, n_spokes=2)
         self.predictions: list[dict] = []
         self.responses: list[dict] = []
@@ -100,7 +100,7 @@ def test_a_paused_pipeline_holds_its_records_and_the_others_go_on():
     for i in range(2, 12):
         w.data(0, "T", record(i))
     w.data(0, "P", {"id": 99, "features": [1.0, 0.0]})
-    assert alone.fitted == 12 and bsp.fitted == 2 and len(bsp.ctx.backlog) == 11
+    assert alone.fitted == 12 and bsp.fitted == 2 and len(bsp.ctx.held_records()) == 11
     assert [p["pipeline"] for p in w.predictions] == [1]  # BSP's prediction waits its turn
     assert bsp.statistics()["held"] == 11
     i = 100
@@ -114,6 +114,40 @@ def test_a_paused_pipeline_holds_its_records_and_the_others_go_on():
     assert bsp.fitted == 12 and bsp.rounds == 6
     assert sorted(p["pipeline"] for p in w.predictions) == [0, 1]
     assert w.spokes[0].paused == bsp.ctx.pauses == 0
+
+
+def test_a_full_backlog_sheds_its_pipelines_records_as_dead_letters_and_nothing_else():
+    """A paused pipeline holds Kafka records up to ``max_backlog_bytes`` (JSON + HELD_COST
+    each); past it its records are dead-lettered with code ``backlog_full``, counted by
+    that pipeline alone, while the other pipeline fits everything; once the round closes
+    the held records are fitted in order, and records are held again."""
+    cost = len(orjson.dumps(record(10))) + spoke_module.HELD_COST
+    w = Wire(limits={"max_backlog_bytes": 3 * cost + 2})  # room for 3 of these records
+    w.request(create(0, "Synchronous"))
+    w.request(create(1, "Independent"))
+    for i in range(2):  # one mini-batch on spoke 0: BSP pushes and waits for spoke 1
+        w.data(0, "T", record(i))
+    bsp, alone = w.spokes[0].nodes[0], w.spokes[0].nodes[1]
+    assert bsp.ctx.pauses == 1
+    for i in range(10, 16):
+        w.data(0, "T", record(i))
+    w.batch(0, [("T", orjson.dumps([record(16), record(17)])),
+                ("P", {"id": 99, "features": [1.0, 0.0]})])
+    assert [r["id"] for _, r in bsp.ctx.held_records()] == [10, 11, 12]
+    assert bsp.ctx.held_bytes == 3 * cost and bsp.statistics()["held"] == 3
+    shed = [d for d in w.dead if d["code"] == "backlog_full"]
+    assert [d["record"]["id"] for d in shed] == [13, 14, 15, 16, 17, 99]
+    assert {d["pipeline"] for d in shed} == {0} and "max_backlog_bytes" in shed[0]["reason"]
+    assert bsp.rejected_by == {"backlog_full": 6} and bsp.ctx.shed == 6
+    assert alone.fitted == 10 and alone.rejected == 0 and len(w.predictions) == 1
+    w.data(1, "T", record(100))
+    w.data(1, "T", record(101))  # spoke 1 pushes: the round closes, the backlog runs
+    assert bsp.fitted == 4 and bsp.ctx.held_records() == [(True, record(12))]
+    assert bsp.ctx.held_bytes == cost  # paused again after one held mini-batch
+    w.data(0, "T", record(18))  # room again: held, not shed
+    assert bsp.ctx.held_records()[-1] == (True, record(18)) and bsp.ctx.shed == 6
+    q = w.spokes[0].nodes[0].statistics()
+    assert q["rejectedBy"] == {"backlog_full": 6} and q["heldBytes"] == 2 * cost
 
 
 def test_a_batch_that_pauses_its_pipeline_midway_holds_the_rest_in_order():
@@ -131,8 +165,10 @@ def test_a_batch_that_pauses_its_pipeline_midway_holds_the_rest_in_order():
     w.batch(0, batch)
     bsp, alone = w.spokes[0].nodes[0], w.spokes[0].nodes[1]
     assert bsp.ctx.pauses == 1 and bsp.fitted == 2
-    assert [train for train, _ in bsp.ctx.backlog] == [True] * 4 + [False] + [True] * 2
-    assert [rec["id"] for _, rec in bsp.ctx.backlog] == [2, 3, 4, 5, 99, 6, 7]
+    held = bsp.ctx.held_records()
+    assert [train for train, _ in held] == [True] * 4 + [False] + [True] * 2
+    assert [rec["id"] for _, rec in held] == [2, 3, 4, 5, 99, 6, 7]
+    assert bsp.statistics()["held"] == 7
     assert alone.fitted == 8 and [p["pipeline"] for p in w.predictions] == [1]
     dead = [orjson.loads(v) for s, v in w.spokes[0].out if s == "deadLetters"]
     assert not dead  # pumped already: the Wire keeps no dead letters, count them instead
