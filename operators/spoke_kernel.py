@@ -422,6 +422,8 @@ class SpokeKernel:
         """The data records of a parsed Kafka record (an object or an array of them); the
         others are dead-lettered (``dead_letter``; a held record's were already) and left
         out."""
+        if type(obj) is dict and "features" in obj:  # the common case first
+            return [obj]
         recs = obj if isinstance(obj, list) else [obj]
         if all(type(rec) is dict and "features" in rec for rec in recs):
             return recs
