@@ -50,6 +50,8 @@ REASONS = {
     "not_agreed": "the record disagrees with the layout the spokes agreed on",
     "fit_failed": "the learner refused the mini-batch",
     "predict_failed": "the learner could not predict the record",
+    "backlog_full": "the pipeline was paused and already held max_backlog_bytes of records "
+                    "on that spoke (operators.spoke_kernel)",
 }
 
 _FEATURE_TYPES = frozenset((int, float, bool))

@@ -7,6 +7,7 @@ import time
 
 import orjson
 
+from learning.layout import REASONS
 from middleware import codec
 from operators import hub_kernel as hub_module
 from operators import spoke_kernel as spoke_module
@@ -138,6 +139,7 @@ def test_a_full_backlog_sheds_its_pipelines_records_as_dead_letters_and_nothing_
     shed = [d for d in w.dead if d["code"] == "backlog_full"]
     assert [d["record"]["id"] for d in shed] == [13, 14, 15, 16, 17, 99]
     assert {d["pipeline"] for d in shed} == {0} and "max_backlog_bytes" in shed[0]["reason"]
+    assert "backlog_full" in REASONS
     assert bsp.rejected_by == {"backlog_full": 6} and bsp.ctx.shed == 6
     assert alone.fitted == 10 and alone.rejected == 0 and len(w.predictions) == 1
     w.data(1, "T", record(100))
