@@ -74,7 +74,6 @@ class SpokeContext:
         self.held_bytes = 0  # HELD_COST of the Kafka records in the backlog
         self.held_raw = 0  # backlog entries that are Kafka records' bytes
         self.held_raw_records = 0  # data records in them
-        self.shed = 0  # data records dead-lettered with code backlog_full
 
     def __setstate__(self, state: dict) -> None:
         """Unpickling: a context pickled before backlogs were bounded holds parsed records
@@ -82,7 +81,7 @@ class SpokeContext:
         self.__dict__.update(state)
         if "held_bytes" not in state:
             self.max_backlog_bytes = DEFAULT_MAX_BACKLOG_BYTES
-            self.held_bytes = self.held_raw = self.held_raw_records = self.shed = 0
+            self.held_bytes = self.held_raw = self.held_raw_records = 0
 
     def hold(self, train: bool, raw: bytes, n: int) -> bool:
         """Keep the Kafka record ``raw`` (``n`` data records) at the end of the backlog
@@ -107,9 +106,7 @@ class SpokeContext:
         out = []
         for train, rec in self.backlog:
             if type(rec) is bytes:
-                obj = orjson.loads(rec)
-                out += [(train, r) for r in (obj if isinstance(obj, list) else [obj])
-                        if isinstance(r, dict) and "features" in r]
+                out += [(train, r) for r in self._op._records(orjson.loads(rec), False)]
             else:
                 out.append((train, rec))
         return out
@@ -402,13 +399,13 @@ class SpokeKernel:
         if not self.nodes:
             self.records_without_pipeline += len(recs)
             return
-        held = None
+        raw_bytes = None  # made once, for the pipelines that hold the record
         for node in self.nodes.values():
             ctx = node.ctx
             if ctx.pauses or ctx.backlog:
-                if held is None:
-                    held = raw.encode() if isinstance(raw, str) else bytes(raw)
-                if not ctx.hold(train, held, len(recs)):
+                if raw_bytes is None:
+                    raw_bytes = raw.encode() if isinstance(raw, str) else bytes(raw)
+                if not ctx.hold(train, raw_bytes, len(recs)):
                     self._shed(node, recs)
                 continue
             for i, rec in enumerate(recs):
@@ -418,10 +415,10 @@ class SpokeKernel:
                     break
                 node.on_record(train, rec)
 
-    def _records(self, obj: Any, dead_letter: bool) -> list:
+    def _records(self, obj: Any, report: bool) -> list:
         """The data records of a parsed Kafka record (an object or an array of them); the
-        others are dead-lettered (``dead_letter``; a held record's were already) and left
-        out."""
+        others are left out, and dead-lettered with ``report`` (a held record's were
+        already, when it came)."""
         if type(obj) is dict and "features" in obj:  # the common case first
             return [obj]
         recs = obj if isinstance(obj, list) else [obj]
@@ -431,7 +428,7 @@ class SpokeKernel:
         for rec in recs:
             if isinstance(rec, dict) and "features" in rec:
                 good.append(rec)
-            elif dead_letter:
+            elif report:
                 self._dead(rec, RecordRejected(
                     f"a record is a JSON object with a 'features' list, got "
                     f"{'an object without features' if isinstance(rec, dict) else type(rec).__name__}",
@@ -442,7 +439,6 @@ class SpokeKernel:
         """Records that pipeline ``node`` cannot hold (its backlog is full): dead letters
         with code ``backlog_full``, counted by that pipeline alone."""
         ctx = node.ctx
-        ctx.shed += len(recs)
         exc = RecordRejected(
             f"pipeline {ctx.network} is paused (waiting on its hubs) and already holds "
             f"{ctx.held_bytes:,} bytes of records on spoke {self.index}, its limit "

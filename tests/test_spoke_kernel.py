@@ -140,14 +140,14 @@ def test_a_full_backlog_sheds_its_pipelines_records_as_dead_letters_and_nothing_
     assert [d["record"]["id"] for d in shed] == [13, 14, 15, 16, 17, 99]
     assert {d["pipeline"] for d in shed} == {0} and "max_backlog_bytes" in shed[0]["reason"]
     assert "backlog_full" in REASONS
-    assert bsp.rejected_by == {"backlog_full": 6} and bsp.ctx.shed == 6
+    assert bsp.rejected_by == {"backlog_full": 6}
     assert alone.fitted == 10 and alone.rejected == 0 and len(w.predictions) == 1
     w.data(1, "T", record(100))
     w.data(1, "T", record(101))  # spoke 1 pushes: the round closes, the backlog runs
     assert bsp.fitted == 4 and bsp.ctx.held_records() == [(True, record(12))]
     assert bsp.ctx.held_bytes == cost  # paused again after one held mini-batch
     w.data(0, "T", record(18))  # room again: held, not shed
-    assert bsp.ctx.held_records()[-1] == (True, record(18)) and bsp.ctx.shed == 6
+    assert bsp.ctx.held_records()[-1] == (True, record(18)) and bsp.rejected == 6
     q = w.spokes[0].nodes[0].statistics()
     assert q["rejectedBy"] == {"backlog_full": 6} and q["heldBytes"] == 2 * cost
 
