@@ -18,7 +18,8 @@ variant reduces the RTC to ``F(S) ≤ Θ`` over the average ``S`` of small local
   along ``w̃_{t0} − w̃_{t0−1}``, the difference of the last two global models (zero in the
   first round, where linear behaves as naive);
 - ``sketch``: ``S_i = (‖Δ_i‖², sk(Δ_i))`` with an AMS sketch of ``rows × cols`` (``cols =
-  ⌈8/ε²⌉``, ``rows = 2⌈ln(1/δ)⌉ + 1``, ``ε = δ = precision``, default 0.25),
+  ⌈8/ε²⌉``, ``rows = 2⌈ln(1/δ)⌉ + 1`` raised where a binomial tail says that is too few
+  for δ (:func:`median_rows`), ``ε = δ = precision``, default 0.25: 5 × 128),
   ``F(v, Ξ) = v − median_j ‖ξ_j‖² / (1 + ε)``; the RTC then holds with probability
   ``1 − δ``. Its hash functions are computed on the fly from seeded polynomials
   (:class:`AmsSketch`), so a sketch costs memory of its own size, not the model's.
@@ -83,6 +84,7 @@ at once), so a finite stream cannot leave a round open.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -122,9 +124,41 @@ PARAMETERS = ProtocolParams(reference="papers/002 ch. 4 (eq. 4.1, §4.0.4–4.0.
                             params=(VARIANT, THRESHOLD, PRECISION, WAIT_ON_INCREMENT))
 
 
+@functools.lru_cache(maxsize=64)
+def median_rows(delta: float) -> int:
+    """The odd number of sketch rows whose median errs with probability at most ``delta``.
+
+    Each row errs (by more than ``ε‖v‖²``) with probability at most 1/4, independently
+    (:class:`AmsSketch`), and the median of ``r`` rows errs only if at least ``(r+1)/2``
+    of them do: probability at most ``P[Bin(r, 1/4) ≥ (r+1)/2]``, a binomial tail computed
+    exactly (``scipy.stats.binom``). The count is ``2⌈ln(1/δ)⌉ + 1`` (the usual form,
+    kept where it suffices so the default shape stays 5 × 128), raised to the smallest odd
+    ``r`` whose tail is at most ``δ`` where that form falls short: below ``δ ≈ 0.1`` it
+    does (7 rows at ``δ = 0.05`` err with probability 0.071; 11 at ``δ = 0.01``, 0.034).
+
+    Raises
+    ------
+    ValueError
+        ``delta`` not in ``(0, 1)``.
+
+    >>> median_rows(0.25), median_rows(0.05), median_rows(0.01)
+    (5, 9, 19)
+    """
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    from scipy.stats import binom  # here: the job's import stays light without a sketch
+
+    rows = 2 * math.ceil(math.log(1.0 / delta)) + 1
+    while binom.sf((rows + 1) // 2 - 1, rows, 0.25) > delta:
+        rows += 2
+    return rows
+
+
 def sketch_shape(precision: float) -> tuple[int, int]:
-    """``(rows, cols)`` of the AMS sketch for ``ε = δ = precision``."""
-    return 2 * math.ceil(math.log(1.0 / precision)) + 1, math.ceil(8.0 / precision ** 2)
+    """``(rows, cols)`` of the AMS sketch for ``ε = δ = precision``: ``cols = ⌈8/ε²⌉``
+    (each row within ``ε‖v‖²`` with probability 3/4) and ``rows`` of
+    :func:`median_rows` (the median within it with probability ``1 − δ``)."""
+    return median_rows(precision), math.ceil(8.0 / precision ** 2)
 
 
 def sketch_dims(size: int, precision: float) -> tuple[int, int, float]:
