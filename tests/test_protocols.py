@@ -355,10 +355,50 @@ def test_ssp_bounds_the_work_done_while_a_push_is_in_flight():
     assert worst == s_ + 1  # the bound bit
     assert net.spokes[0].clock >= net.spokes[0].pushes  # rounds of work, not pushes
     assert net.spokes[0].wait_ms > 0  # spoke 0, ahead in work, is the one that waited
-    for _ in range(1000):  # the others' records are done: each Query closes one round
-        if not any(len(s.ctx.backlog) for s in net.spokes):
-            break
-        net.query()
+    held = len(net.spokes[0].ctx.backlog)
+    assert held > 1000  # the stream ended with spoke 0 far behind the others' clocks
+    # the others' records are done: the first Query finds their last work, the second
+    # finds them idle and leaves them out of the bound, and spoke 0 fits all it holds
+    # (it took one Query per round, 426 here, when idle spokes still held it back)
+    net.query()
+    stats = net.query()
+    assert not any(len(s.ctx.backlog) for s in net.spokes)
+    assert stats["protocol"]["idleSpokes"] == [1, 2]
+    assert sum(s.fitted for s in net.spokes) + sum(len(s._X) for s in net.spokes) == len(X)
+
+
+def test_ssp_idle_spoke_rejoins_the_bound_at_the_slowest_active_clock():
+    """Spoke 2 gets no records between two Queries: the second marks it idle, spokes 0
+    and 1 then run 40 rounds past its clock without pausing (it holds nobody back). Back
+    with records, it pushes after its first mini-batch, the hub puts its clock at the
+    slowest active one, it adopts that clock from the answer, and the bound holds again."""
+    k, b, s_ = 3, 4, 1
+    X, y = regression(1200, seed=9)
+    net = network(create("SSP", batch=b, batches=1, staleness=s_), k, 1)
+    hub = net.hubs[0]
+    stream(net, X[:240], y[:240])  # round-robin, every message delivered at once
+    net.query()  # everyone fitted since the start: nobody idle
+    assert hub.idle_spokes == frozenset()
+    both = lambda i: i % 2  # noqa: E731  spokes 0 and 1 only
+    stream(net, X[240:320], y[240:320], spoke_of=both)
+    assert net.query()["protocol"]["idleSpokes"] == [2]
+    idle_clock = net.spokes[2].clock
+    stream(net, X[320:640], y[320:640], spoke_of=both)
+    # 40 rounds past the idle spoke's clock with a bound of 1, nothing left held
+    assert min(hub.clocks[0], hub.clocks[1]) >= idle_clock + 40
+    assert not any(len(s.ctx.backlog) for s in net.spokes)
+    floor = min(hub.clocks[0], hub.clocks[1])
+    leads = []
+
+    def check(_):
+        active = [hub.clocks[i] for i in range(k) if i not in hub.idle_spokes]
+        leads.append(max(active) - min(active))
+
+    stream(net, X[640:], y[640:], after=check)  # round-robin again
+    assert hub.idle_spokes == frozenset()
+    assert net.spokes[2].clock >= floor  # rejoined at the slowest active clock, adopted
+    assert hub.clocks[2] == net.spokes[2].clock
+    assert hub.max_lead <= s_ and max(leads) <= s_ + 1
     assert sum(s.fitted for s in net.spokes) + sum(len(s._X) for s in net.spokes) == len(X)
 
 

@@ -383,9 +383,10 @@ class ShardedSpoke(PipelineSpoke):
         return learner.project(vec, layout)
 
     def scatter(self, method: str, w: np.ndarray, layout: dict, *args: Any, sync: bool,
-                on_all: Callable[[list], None], prep: list | None = None) -> None:
-        """Call ``method(shard_j, layout, *args, prep_j)`` on every hub ``j`` and run
-        ``on_all(answers)`` (ordered by hub) once all ``m`` answered; ``prep`` (the
+                on_all: Callable[[list], None], prep: list | None = None,
+                **keywords: Any) -> None:
+        """Call ``method(shard_j, layout, *args, prep_j, **keywords)`` on every hub ``j``
+        and run ``on_all(answers)`` (ordered by hub) once all ``m`` answered; ``prep`` (the
         preprocessors' statistics, :meth:`preprocessor_delta`) goes to hub 0 only, the
         other hubs get None.
 
@@ -432,7 +433,7 @@ class ShardedSpoke(PipelineSpoke):
 
         for j, (lo, hi) in enumerate(bounds):
             call = getattr(self.peers[j], method)(w[lo:hi].copy(), layout, *args,
-                                                  prep if j == 0 else None)
+                                                  prep if j == 0 else None, **keywords)
             call.on_error(failed)
             if sync:
                 call.then_sync(ok(j))

@@ -38,6 +38,21 @@ A Query is a synchronization point as for BSP: a spoke with no push in flight pu
 what it has (see :mod:`learning.protocols.synchronous` for why a finite stream needs it:
 an answer held for the slowest spoke). Without a bound nothing is ever held, and a Query
 only reports.
+
+Idle spokes. A spoke that has fitted nothing since the previous Query when a Query comes
+(its records ran out: the end of a finite stream, or a share that gets no records) pushes
+as **idle**: the hubs leave it out of the slowest clock until it pushes work again, so the
+spokes that still have records run on (within ``s`` of each other) instead of one round
+per Query. An idle spoke is not stale: it fits nothing, and its model is the global one it
+was answered with. With records again it pushes after its first mini-batch, and the hubs
+put its clock at the slowest active one (``max(c, min_j c_j)`` over the others), so the
+bound holds again from the answer on; the answer carries the clock, which the spoke
+adopts. Ho et al. count iterations of workers that all have work; a worker with none
+holds nobody back. Before this, a spoke that had run 5× the records of two others ended a
+finite stream with 1,704 records held, fitted 4 per Query: 426 Queries; now two (the
+first finds the others' last records, the second finds them idle). A spoke that merely
+pushed just before a Query is not idle: it must have fitted nothing for a whole interval
+between Queries.
 """
 
 from __future__ import annotations
@@ -73,7 +88,11 @@ class StaleSynchronousHub(ShardedHub):
         Query reports no ``staleness`` (TAP:
         :class:`~learning.protocols.asynchronous.AsynchronousHub`).
     clocks : dict[int, int]
-        Pushes received per spoke.
+        Each spoke's clock: the rounds of work of its latest push, raised to the slowest
+        active clock when it returns from idle.
+    idle_spokes : frozenset[int]
+        Spokes whose latest push was idle (no work since the one before, at a Query):
+        left out of :meth:`min_clock` until they push work.
     max_lead : int
         The largest ``c − min_j c_j`` of any push when it was answered (never > staleness).
     held : int
@@ -81,6 +100,8 @@ class StaleSynchronousHub(ShardedHub):
     """
 
     bounded = True
+    # immutable, replaced on change; a class default for snapshots taken before it existed
+    idle_spokes: frozenset = frozenset()
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -97,23 +118,36 @@ class StaleSynchronousHub(ShardedHub):
         self._release()
 
     def min_clock(self) -> int:
-        return min(self.clocks.get(i, 0) for i in range(self.n_peers))
+        """The slowest clock of the spokes that are not idle (rounds); with every spoke
+        idle, the fastest one's (nothing to wait for)."""
+        active = [self.clocks.get(i, 0) for i in range(self.n_peers)
+                  if i not in self.idle_spokes]
+        return min(active) if active else max(self.clocks.values(), default=0)
 
     @remote
     def push(self, shard: np.ndarray, layout: dict, records: int, spoke: int, clock: int,
-             prep: list | None = None):
-        """Spoke ``spoke``'s model shard at its clock ``clock`` (its ``clock``-th push),
-        with its preprocessors' statistics since its last push (``prep``, hub 0).
+             prep: list | None = None, idle: bool = False):
+        """Spoke ``spoke``'s model shard at its clock ``clock`` (rounds of work), with its
+        preprocessors' statistics since its last push (``prep``, hub 0); ``idle``: it
+        fitted nothing since its previous push (module docstring, "Idle spokes").
 
         ``average`` replaces the spoke's previous contribution to the weighted average;
         ``sum`` adds its delta from the shard it was last answered with.
 
         Returns
         -------
-        ``[w̃ shard, layout, slowest clock, preprocessor statistics]`` now, or a Promise
-        of it held until ``clock − min_j c_j ≤ staleness``.
+        ``[w̃ shard, layout, slowest clock, the spoke's clock, preprocessor statistics]``
+        now, or a Promise of it held until ``clock − min_j c_j ≤ staleness`` (an idle
+        push: now).
         """
-        self.clocks[spoke] = max(self.clocks.get(spoke, 0), int(clock))
+        clock = int(clock)
+        if idle:
+            self.idle_spokes = self.idle_spokes | {spoke}
+        elif spoke in self.idle_spokes:  # back with work: rejoin at the slowest active clock
+            clock = max(clock, self.min_clock() if len(self.idle_spokes) < self.n_peers
+                        else clock)
+            self.idle_spokes = self.idle_spokes - {spoke}
+        self.clocks[spoke] = max(self.clocks.get(spoke, 0), clock)
         self._latest[spoke] = (shard, layout, int(records))
         if self.aggregation == "sum":
             [w_i] = self.align([(shard, layout)])
@@ -128,11 +162,12 @@ class StaleSynchronousHub(ShardedHub):
         self.updates += 1
         self.rounds = self.min_clock()
         self._release()
-        if self._within_bound(clock):
+        clock = self.clocks[spoke]
+        if idle or self._within_bound(clock):
             return self._answer_now(spoke, clock)
         p = Promise()
         self.held += 1
-        self._waiting.append((spoke, int(clock), p))
+        self._waiting.append((spoke, clock, p))
         return p
 
     def _within_bound(self, clock: int) -> bool:
@@ -145,7 +180,7 @@ class StaleSynchronousHub(ShardedHub):
         self.max_lead = max(self.max_lead, lead)
         shard = self.shard()
         self.remember_base(spoke, shard)
-        return self.answer(shard, self.min_clock())
+        return self.answer(shard, self.min_clock(), self.clocks.get(spoke, clock))
 
     def _release(self) -> None:
         still = []
@@ -162,6 +197,8 @@ class StaleSynchronousHub(ShardedHub):
             out["staleness"] = self.staleness
         out.update({"clocks": [self.clocks.get(i, 0) for i in range(self.n_peers)],
                     "maxLead": self.max_lead, "heldAnswers": self.held})
+        if self.bounded:
+            out["idleSpokes"] = sorted(self.idle_spokes)
         return out
 
 
@@ -178,10 +215,12 @@ class StaleSynchronousSpoke(ShardedSpoke):
 
     peer = StaleSynchronousHub
     bounded = True
-    # paused on the push in flight (work past the bound); class defaults for snapshots
-    # taken before this existed
+    # paused on the push in flight (work past the bound); the last push was idle; class
+    # defaults for snapshots taken before these existed
     _blocked = False
     _blocked_at = 0.0
+    _idle = False
+    _fitted_at_query = -1  # records fitted when the previous Query came
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -199,8 +238,8 @@ class StaleSynchronousSpoke(ShardedSpoke):
 
     def after_batch(self, n_records: int) -> None:
         self._since += 1
-        if self._since >= self.mini_batches and not self.in_flight:
-            self._push()
+        if (self._since >= self.mini_batches or self._idle) and not self.in_flight:
+            self._push()  # back from idle: at once, to rejoin the bound (module docstring)
         elif self.in_flight and self.bounded and not self._blocked and \
                 self.clock + self._rounds_since() - self.slowest > self.staleness:
             # the work done while the push is in flight has taken this spoke more than
@@ -209,22 +248,25 @@ class StaleSynchronousSpoke(ShardedSpoke):
             self._blocked_at = time.monotonic()
             self.ctx.pause_stream()
 
-    def _push(self) -> None:
-        # the rounds of work since the last push, at least one. Counting pushes instead
-        # made a spoke that never had to wait (it trains on while its push is in flight,
-        # several rounds per push) look slowest: on Flink the others paused behind it
-        # with their records held, and SSP ran at 184 records/s against BSP's 2,211
-        rounds, self._since = max(1, self._rounds_since()), 0
+    def _push(self, idle: bool = False) -> None:
+        # the rounds of work since the last push, at least one (none when idle). Counting
+        # pushes instead made a spoke that never had to wait (it trains on while its push
+        # is in flight, several rounds per push) look slowest: on Flink the others paused
+        # behind it with their records held, and SSP ran at 184 records/s against BSP's
+        # 2,211
+        rounds, self._since = (0 if idle else max(1, self._rounds_since())), 0
         w, layout = self.vector()
         records, self.records_since_sync = self.records_since_sync, 0
         self.clock += rounds
         self.pushes += 1
         self.in_flight = True
+        self._idle = idle
         self._pushed = (w, layout)
-        sync = self.bounded and self.clock - self.slowest > self.staleness
+        sync = self.bounded and not idle and self.clock - self.slowest > self.staleness
         self.waited += sync
         self.scatter("push", w, layout, records, self.ctx.index, self.clock, sync=sync,
-                     on_all=self._on_global, prep=self.preprocessor_delta())
+                     on_all=self._on_global, prep=self.preprocessor_delta(),
+                     **({"idle": True} if idle else {}))
 
     def _rounds_since(self) -> int:
         """Whole rounds of work (``miniBatches`` mini-batches each) since the last push."""
@@ -244,6 +286,8 @@ class StaleSynchronousSpoke(ShardedSpoke):
         learner.set_params(w_global + progress)
         self.install_preprocessors(answers[0][-1])
         self.slowest = max(self.slowest, min(int(a[2]) for a in answers))
+        if len(answers[0]) > 4:  # the clock the hubs hold for this spoke (back from idle)
+            self.clock = max(self.clock, min(int(a[3]) for a in answers))
         self.rounds += 1
         self.in_flight = False
         if self._since >= self.mini_batches:
@@ -254,12 +298,15 @@ class StaleSynchronousSpoke(ShardedSpoke):
         self.in_flight = False
 
     def on_query(self, request_id: Any, service: dict | None = None) -> None:
-        """Fit what is buffered, push unless a push is in flight, then report; unbounded,
-        only report (no answer is ever held: no round a finite stream could leave open)."""
+        """Fit what is buffered, push unless a push is in flight (idle if nothing was
+        fitted since the previous Query), then report; unbounded, only report (no answer is
+        ever held: no round a finite stream could leave open)."""
         if self.bounded:
             self.flush()
+            idle = self._since == 0 and self.fitted == self._fitted_at_query
+            self._fitted_at_query = self.fitted
             if not self.in_flight:
-                self._push()
+                self._push(idle=idle)
         super().on_query(request_id, service)
 
     def protocol_statistics(self) -> dict:
