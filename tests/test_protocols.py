@@ -226,8 +226,67 @@ def test_bsp_round_left_open_by_a_spoke_without_records_closes_at_the_query():
     assert not net.paused(0)      # ... no more: its round closed, its backlog ran
     assert net.spokes[0].fitted == 20 and len(net.spokes[0]._X) == 1
     assert net.spokes[1].fitted == 11
-    assert net.query()["fitted"] == 32
-    assert [s.rounds for s in net.spokes] == [3, 3]  # the second Query was a round too
+    q = net.query()
+    assert q["fitted"] == 32
+    # spoke 1 fitted nothing since the first Query: the second finds it idle, answers it
+    # at once and closes spoke 0's round without it
+    assert [s.rounds for s in net.spokes] == [3, 2] and q["protocol"]["idleSpokes"] == [1]
+    assert not net.paused(0) and not net.paused(1)
+
+
+def test_bsp_spoke_with_the_larger_share_drains_in_two_queries_once_the_others_are_idle():
+    """Spoke 0 gets 5× the records of the others and holds 1,712 of them when the stream
+    ends, paused in its round. The first Query closes that round with the others' last
+    work; the second finds them idle (nothing fitted between the two Queries): their
+    pushes are answered at once, spoke 0's rounds close without them and it fits all it
+    holds. Before idle pushes it fitted one round per Query: 428 Queries."""
+    k, b = 3, 4
+    X, y = regression(3000, seed=8)
+    net = network(create("Synchronous", batch=b, batches=1), k, 1)
+    share = [0] * 5 + [1, 2]
+    for i in range(len(X)):
+        sp = share[i % len(share)]
+        net.feed(sp, lambda sp=sp, i=i: net.spokes[sp].on_train(X[i].tolist(), y[i].item()))
+        if i % 60 == 59:
+            net.run()
+    net.run()
+    assert len(net.spokes[0].ctx.backlog) > 1000
+    net.query()
+    q = net.query()
+    assert not any(len(s.ctx.backlog) for s in net.spokes) and not net.paused(0)
+    assert q["protocol"]["idleSpokes"] == [1, 2]
+    assert sum(s.fitted for s in net.spokes) == len(X)  # after the report: the backlog ran
+
+
+def test_bsp_spoke_back_from_idle_adds_its_delta_from_the_model_it_was_answered_with():
+    """Under ``sum``: spoke 2 is idle while spokes 0 and 1 close 8 rounds without it; back
+    with one mini-batch, it joins the next round, whose global model is ``w̃`` plus spoke
+    0's and 1's deltas from ``w̃`` plus spoke 2's delta from the model its idle push was
+    answered with (not from ``w̃``: it never saw those rounds). The next round has every
+    spoke in step again."""
+    k, b = 3, 4
+    X, y = regression(400, seed=11)
+    net = network(create("Synchronous", batch=b, batches=1, aggregation="sum"), k, 1)
+    stream(net, X[:120], y[:120])  # round-robin: 10 rounds
+    net.query()
+    both = lambda i: i % 2  # noqa: E731
+    stream(net, X[120:184], y[120:184], spoke_of=both)  # 8 rounds of spokes 0 and 1
+    assert net.query()["protocol"]["idleSpokes"] == [2]
+    idle_w = net.spokes[2].pipeline.learner.get_params()
+    stream(net, X[184:248], y[184:248], spoke_of=both)  # 8 more without spoke 2
+    w_bar = global_model(net)
+    assert not np.allclose(w_bar, idle_w)
+    # one mini-batch each: 248..251 → spoke 2, 252..255 → spoke 0, 256..259 → spoke 1
+    parts = {2: slice(248, 252), 0: slice(252, 256), 1: slice(256, 260)}
+    expected = w_bar.copy()
+    for spoke, part in parts.items():
+        base = idle_w if spoke == 2 else w_bar
+        expected += sgd_step(base, X[part], y[part], 0.05) - base
+    stream(net, X[248:260], y[248:260], spoke_of=lambda i: (2, 0, 1)[i // 4])
+    assert np.max(np.abs(global_model(net) - expected)) < 1e-12
+    assert net.hubs[0].idle_spokes == frozenset()
+    for s in net.spokes:  # in step: every spoke holds the new w̃
+        assert np.array_equal(s.pipeline.learner.get_params(), global_model(net))
 
 
 # -- SSP -----------------------------------------------------------------------------------

@@ -850,25 +850,40 @@ class AveragingHub(ShardedHub):
             raise ValueError(f"spoke {spoke} pushed twice in round {self.rounds + 1}")
         self._pushed[spoke] = (shard, layout, int(records), prep)
         p = self._round
-        if len(self._pushed) == self.n_peers:
-            order = sorted(self._pushed)
-            vectors = self.align([self._pushed[i][:2] for i in order])
-            if self.aggregation == "sum":  # every spoke started the round from w̃
-                w = self.sum_of_deltas(vectors, [self.shard()] * len(vectors))
-            else:
-                w = weighted_average(vectors, [self._pushed[i][2] for i in order])
-            for i in order:
-                self.merge_preprocessors(self._pushed[i][3])
-            self.set_shard(w)
-            self.rounds += 1
-            self.updates += 1
-            self._round, self._pushed = None, {}
-            self.on_round_end(w)
-            p.fulfil(self.answer(w))
-            waiting, self._exports = self._exports, []
-            for e in waiting:
-                e.fulfil([self.shard(), self.learner.layout()])
+        if self.round_complete():
+            self.close_round()
         return p
+
+    def round_complete(self) -> bool:
+        """Whether the open round has every push it waits for: every spoke's."""
+        return len(self._pushed) == self.n_peers
+
+    def round_bases(self, order: list[int]) -> list[np.ndarray]:
+        """The global shard each of the spokes ``order`` started the open round from, for
+        ``sum``: today's ``w̃`` for every one."""
+        return [self.shard()] * len(order)
+
+    def close_round(self) -> None:
+        """End the open round: fold its pushes into the shard, answer every pusher through
+        the round's broadcast promise, then the exports waiting for it."""
+        p = self._round
+        order = sorted(self._pushed)
+        vectors = self.align([self._pushed[i][:2] for i in order])
+        if self.aggregation == "sum":
+            w = self.sum_of_deltas(vectors, self.round_bases(order))
+        else:
+            w = weighted_average(vectors, [self._pushed[i][2] for i in order])
+        for i in order:
+            self.merge_preprocessors(self._pushed[i][3])
+        self.set_shard(w)
+        self.rounds += 1
+        self.updates += 1
+        self._round, self._pushed = None, {}
+        self.on_round_end(w)
+        p.fulfil(self.answer(w))
+        waiting, self._exports = self._exports, []
+        for e in waiting:
+            e.fulfil([self.shard(), self.learner.layout()])
 
     def on_round_end(self, w: np.ndarray) -> None:
         """Hook: an averaging round ended with shard ``w``."""

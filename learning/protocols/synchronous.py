@@ -22,6 +22,21 @@ joins it with what it has (``γ_i`` may be 0, which weighs its model out of the 
 Every spoke sees every Query, so the open round closes at every Query; a Query costs one
 round (``k`` pushes and ``k`` answers) when no round was open. The alternative, a hub-side
 timeout, would need timers in the hub, which the middleware does not give protocols.
+
+Idle spokes. A Query closes one round, and a spoke still holding records (its share was
+larger, or it held them while paused) fits one more round and waits again: without more,
+its backlog drained one round per Query (1,712 records of a spoke with 5× the others'
+share took 428 Queries; random shares of 3,000 records, 17). So a spoke that fitted
+nothing since the previous Query, with no round open for it, pushes as **idle**: the hubs
+answer it at once with ``w̃`` (its model: nothing to fold in) and leave it out of the
+rounds until it pushes work again; the rounds of the spokes that still have records close
+without it. A spoke back with records joins the open round or the next, with work done on
+the ``w̃`` it was answered with as idle: under ``sum`` its delta is taken from that ``w̃``
+(:meth:`SynchronousHub.round_bases`), under ``average`` its model is averaged in as it
+is. That first round is the only one in which not every spoke started from the same
+``w̃``, and only after a Query found it idle; from its answer on it is in step again. An
+idle spoke predicts with the ``w̃`` of its idle answer: each Query answers it anew, so it
+misses at most the rounds closed since the previous Query.
 """
 
 from __future__ import annotations
@@ -31,18 +46,89 @@ from typing import Any
 import numpy as np
 
 from learning.protocols.sharding import AveragingHub, ShardedSpoke
+from middleware import Promise, remote
 
 __all__ = ["SynchronousSpoke", "SynchronousHub"]
 
 
 class SynchronousHub(AveragingHub):
-    """A BSP shard: averaging rounds (``push`` → one broadcast promise per round)."""
+    """A BSP shard: averaging rounds of the spokes that are not idle, each pusher answered
+    through a promise of its own (a broadcast promise answers only once every spoke has
+    called, and an idle spoke does not call).
+
+    Attributes
+    ----------
+    idle_spokes : frozenset[int]
+        Spokes whose latest push was idle (module docstring, "Idle spokes"): no round
+        waits for them until they push work.
+    """
+
+    # immutable, replaced on change; class defaults for snapshots taken before they existed
+    idle_spokes: frozenset = frozenset()
+    _returning: frozenset = frozenset()  # pushed work since idle: delta from the idle answer
+    _answers: dict | None = None  # spoke → its promise in the open round
+
+    @remote
+    def push(self, shard: np.ndarray, layout: dict, records: int, spoke: int,
+             prep: list | None = None, idle: bool = False) -> Promise | list:
+        """As :meth:`AveragingHub.push`; ``idle``: spoke ``spoke`` fitted nothing since the
+        previous Query and no round waits on it.
+
+        Returns
+        -------
+        Promise or list
+            ``[w̃ shard, layout, preprocessor statistics]`` once the round ended, or for
+            an idle push at once (then the open round closes if it waited for that spoke
+            only).
+        """
+        if not idle:
+            if spoke in self.idle_spokes:
+                self.idle_spokes = self.idle_spokes - {spoke}
+                self._returning = self._returning | {spoke}
+            mine = Promise()
+            if self._answers is None:
+                self._answers = {}
+            self._answers[spoke] = mine  # before the push: it may end the round
+            super().push(shard, layout, records, spoke, prep)
+            return mine
+        self.idle_spokes = self.idle_spokes | {spoke}
+        self.merge_preprocessors(prep)
+        now = self.shard()
+        self.remember_base(spoke, now)
+        answer = self.answer(now)
+        if self._round is not None and self.round_complete():
+            self.close_round()
+        return answer
+
+    def close_round(self) -> None:
+        """As :meth:`AveragingHub.close_round`, answering every pusher's own promise."""
+        waiting, self._answers = self._answers or {}, {}
+        super().close_round()
+        answer = self.answer(self.shard())
+        for spoke in sorted(waiting):
+            waiting[spoke].fulfil(answer)
+
+    def round_complete(self) -> bool:
+        """Every spoke that is not idle has pushed."""
+        return all(i in self._pushed for i in range(self.n_peers) if i not in self.idle_spokes)
+
+    def round_bases(self, order: list[int]) -> list[np.ndarray]:
+        """``w̃`` for each spoke, but the shard a spoke back from idle was answered with."""
+        back, self._returning = self._returning & set(order), self._returning - set(order)
+        return [self.base_of(i) if i in back else self.shard() for i in order]
+
+    def global_statistics(self) -> dict:
+        out = super().global_statistics()
+        out["idleSpokes"] = sorted(self.idle_spokes)
+        return out
 
 
 class SynchronousSpoke(ShardedSpoke):
     """A BSP worker: after every ``miniBatches`` mini-batches, push and wait for ``w̃``."""
 
     peer = SynchronousHub
+    _fitted_at_query = -1  # records fitted when the previous Query came (class default:
+    # snapshots taken before it existed)
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -66,12 +152,33 @@ class SynchronousSpoke(ShardedSpoke):
         self.in_round = False
 
     def on_query(self, request_id: Any, service: dict | None = None) -> None:
-        """Fit what is buffered, join (or open) the current round, then report; see the
-        module docstring for why a Query closes the open round."""
+        """Fit what is buffered, join (or open) the current round — or, having fitted
+        nothing since the previous Query, push as idle — then report; see the module
+        docstring for why a Query closes the open round."""
         self.flush()
+        idle = self._since == 0 and self.fitted == self._fitted_at_query
+        self._fitted_at_query = self.fitted
         if not self.in_round:
-            self._round()
+            if idle:
+                self._idle()
+            else:
+                self._round()
         super().on_query(request_id, service)
+
+    def _idle(self) -> None:
+        """Push as idle (no round waits for this spoke) and install the ``w̃`` answered."""
+        self.in_round = True
+        w, layout = self.vector()
+        self.records_since_sync = 0
+
+        def install(answers: list) -> None:
+            self.pipeline.learner.set_params(
+                self.assemble([a[0] for a in answers], [a[1] for a in answers]))
+            self.install_preprocessors(answers[0][-1])
+            self.in_round = False
+
+        self.scatter("push", w, layout, 0, self.ctx.index, sync=True, on_all=install,
+                     prep=self.preprocessor_delta(), idle=True)
 
 
 SynchronousHub.peer = SynchronousSpoke
