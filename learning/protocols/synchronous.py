@@ -2,12 +2,13 @@
 §2.2.1; papers/003_026f5d1641a0ab17.txt §II.B).
 
 Every spoke fits ``miniBatches`` mini-batches, pushes its model (shard ``j`` to hub ``j``)
-and pauses its stream (``then_sync``). A round ends when every spoke has pushed: each hub
-sets its shard to the weighted average (papers/003 eq. 2)
+and pauses its stream (``then_sync``). A round ends when every spoke (that is not idle,
+below) has pushed: each hub sets its shard to the weighted average (papers/003 eq. 2)
 
     w̃ = Σ_i γ_i w_i / Σ_i γ_i,   γ_i = records spoke i fitted in the round,
 
-and answers all spokes with one broadcast promise; the spokes install ``w̃`` and resume.
+and answers every pusher (each through a promise of its own: a broadcast promise would
+wait for the idle spokes' calls too); the spokes install ``w̃`` and resume.
 With ``k`` spokes, plain SGD and ``miniBatches = 1`` this is exactly centralized mini-batch
 SGD with a ``k×`` larger batch (papers/002 §2.2.1, the derivation after the BSP update
 rule; ``tests/test_protocols.py`` checks it to 1e-9).
