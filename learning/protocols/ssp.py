@@ -129,7 +129,7 @@ class StaleSynchronousHub(ShardedHub):
              prep: list | None = None, idle: bool = False):
         """Spoke ``spoke``'s model shard at its clock ``clock`` (rounds of work), with its
         preprocessors' statistics since its last push (``prep``, hub 0); ``idle``: it
-        fitted nothing since its previous push (module docstring, "Idle spokes").
+        fitted nothing since the previous Query (module docstring, "Idle spokes").
 
         ``average`` replaces the spoke's previous contribution to the weighted average;
         ``sum`` adds its delta from the shard it was last answered with.
@@ -143,9 +143,8 @@ class StaleSynchronousHub(ShardedHub):
         clock = int(clock)
         if idle:
             self.idle_spokes = self.idle_spokes | {spoke}
-        elif spoke in self.idle_spokes:  # back with work: rejoin at the slowest active clock
-            clock = max(clock, self.min_clock() if len(self.idle_spokes) < self.n_peers
-                        else clock)
+        elif spoke in self.idle_spokes:  # back with work: rejoin at the slowest active
+            clock = max(clock, self.min_clock())  # clock (every spoke idle: the fastest)
             self.idle_spokes = self.idle_spokes - {spoke}
         self.clocks[spoke] = max(self.clocks.get(spoke, 0), clock)
         self._latest[spoke] = (shard, layout, int(records))

@@ -170,7 +170,6 @@ class SynchronousSpoke(ShardedSpoke):
         """Push as idle (no round waits for this spoke) and install the ``w̃`` answered."""
         self.in_round = True
         w, layout = self.vector()
-        self.records_since_sync = 0
 
         def install(answers: list) -> None:
             self.pipeline.learner.set_params(
