@@ -149,6 +149,34 @@ def test_max_staleness_makes_the_replica_ahead_wait_for_the_slowest():
     assert q["status"] == "ok" and q["spokes"][0]["maxLead"] <= 1
 
 
+def test_a_replica_idle_between_two_queries_holds_nobody_back():
+    """Bound 1, spoke 0 holds 30 records behind its wait when spoke 1's run out. The first
+    Query answers the wait (spoke 1 fitted since the start: not idle), and spoke 0 waits
+    again after one mini-batch; the second finds spoke 1 idle: it answers ``until`` at once
+    saying so, spoke 0 stops waiting on it and fits all it holds. Before, one mini-batch per
+    Query: 36 Queries. An update of spoke 1 makes it a peer to wait on again."""
+    X, y = regression(80)
+    net = network(2, create(maxStaleness=1))
+    for i in range(10):
+        train(net, 0, X[i], y[i])
+        if i % 5 == 4:
+            train(net, 1, X[20 + i], y[20 + i])
+        net.run()
+    for i in range(40, 70):  # held behind spoke 0's wait
+        train(net, 0, X[i], y[i])
+    net.run()
+    s0, s1 = net.spokes
+    assert net.paused(0) and len(s0.ctx.backlog) > 25
+    q = net.query()
+    assert not q["spokes"][1]["idle"] and net.paused(0)  # one mini-batch on, waiting again
+    q = net.query()
+    assert q["spokes"][1]["idle"] and not net.paused(0) and not s0.ctx.backlog
+    assert s0.fitted == 40 and s0._idle_peers == frozenset({1})
+    train(net, 1, X[75], y[75])  # spoke 1 fits again: its update ends its idleness
+    net.run()
+    assert not s1.idle and s0._idle_peers == frozenset()
+
+
 def test_update_scaling_divides_every_update_by_the_replicas():
     X, y = regression(1)
     plain = network(2, create(updateScaling="none"))

@@ -42,8 +42,12 @@ deliver those updates before the answer. A replica asked for updates it has alre
 but still buffers sends its partial buffer at once, so two replicas never wait on each
 other (the one ahead always has what the one behind asks for). At the end of a finite
 stream the slowest replica makes no more updates: a Query (the stream's end, as for BSP
-and SSP) sends every partial buffer and answers every wait pending at that time; a replica
-that is ahead still waits again after its next mini-batch, until the next Query.
+and SSP) sends every partial buffer and answers every wait pending at that time. A replica
+that fitted nothing since the previous Query is **idle** from that Query on (until it fits
+again): it answers ``until`` at once, saying so, and a replica told so no longer waits on it
+until an update of it arrives. Without this a replica that was ahead waited again after its
+next mini-batch, until the next Query: one mini-batch per Query (as BSP's and SSP's idle
+spokes, :mod:`learning.protocols.synchronous`).
 
 ``updateScaling: replicas`` divides every update by the number of replicas n, applied
 locally and sent: n replicas each applying all n updates then move as one learner taking
@@ -181,10 +185,17 @@ class TensAIRSpoke(PipelineSpoke):
         Staleness (papers/000 §III-B) → messages applied with it.
     waits, max_lead : int
         Times the stream paused on ``maxStaleness``; the largest lead ``c_i − min_j
-        applied[j]`` this replica went on with (≤ ``maxStaleness`` when set).
+        applied[j]`` this replica went on with over the peers not idle (≤ ``maxStaleness``
+        when set).
+    idle : bool
+        This replica fitted nothing between the last two Queries and nothing since.
     """
 
     talks_to_siblings = True
+    # class defaults for snapshots taken before these existed
+    idle = False
+    _fitted_at_query = -1  # records fitted when the previous Query came
+    _idle_peers: frozenset = frozenset()  # peers that said they were idle, since
 
     peer = None  # TensAIRHub, set below
 
@@ -240,6 +251,7 @@ class TensAIRSpoke(PipelineSpoke):
 
     # -- Algorithm 1, a mini-batch of this replica's records ---------------------------------
     def on_batch_fitted(self, n_records: int) -> None:
+        self.idle = False
         learner = self.pipeline.learner
         w = learner.get_params()
         base = self._in_current(self._base)
@@ -283,6 +295,7 @@ class TensAIRSpoke(PipelineSpoke):
         """Replica ``spoke``'s sum of ``count`` updates, made with ``clock`` applied (its
         vector clock, less these updates): apply it at once (papers/000 Algorithm 1)."""
         applied = self.applied
+        self._idle_peers = self._idle_peers - {spoke}  # it fits again
         self.staleness[sum(abs(int(c) - a) for c, a in zip(clock, applied))] += 1
         applied[spoke] += int(count)
         learner = self.pipeline.learner
@@ -298,7 +311,11 @@ class TensAIRSpoke(PipelineSpoke):
     @remote
     def until(self, n: int):
         """Answer once this replica has sent ``n`` of its own updates (sending its partial
-        buffer at once when it has made them); FIFO delivers them before the answer."""
+        buffer at once when it has made them); FIFO delivers them before the answer. An
+        idle replica answers at once ``[updates sent, True]``: it makes no more."""
+        if self.idle:
+            self._send_buffer()
+            return [self._sent, True]
         if self._sent < n <= self.applied[self.ctx.index]:
             self._send_buffer()
         if self._sent >= n:
@@ -314,21 +331,27 @@ class TensAIRSpoke(PipelineSpoke):
         others = [j for j in range(self.ctx.n_spokes) if j != me]
         if s is None or not others or self._waiting:
             return
-        behind = [j for j in others if own - self.applied[j] > s]
+        active = [j for j in others if j not in self._idle_peers]
+        behind = [j for j in active if own - self.applied[j] > s]
         if not behind:
-            self.max_lead = max(self.max_lead, own - min(self.applied[j] for j in others))
+            if active:
+                self.max_lead = max(self.max_lead, own - min(self.applied[j] for j in active))
             return
         self.waits += 1
         self._waiting = True
         pending = set(behind)
 
         def arrived(j: int):
-            def cb(_value: Any) -> None:
+            def cb(value: Any) -> None:
+                if isinstance(value, list) and value[1]:  # j is idle: wait no more on it
+                    self._idle_peers = self._idle_peers | {j}
                 pending.discard(j)
                 if not pending:
                     self._waiting = False
-                    self.max_lead = max(self.max_lead, self.applied[me] - min(
-                        self.applied[k] for k in others))
+                    still = [k for k in others if k not in self._idle_peers]
+                    if still:
+                        self.max_lead = max(self.max_lead, self.applied[me] - min(
+                            self.applied[k] for k in still))
             return cb
 
         for j in behind:
@@ -337,12 +360,15 @@ class TensAIRSpoke(PipelineSpoke):
     # -- Query -------------------------------------------------------------------------------
     def on_query(self, request_id: Any, service: dict | None = None) -> None:
         """Fit what is buffered, send the partial update buffer, answer every peer's
-        pending ``until`` (the stream may have ended), then report."""
+        pending ``until`` (the stream may have ended; idle, saying so), then report."""
         self.flush()
+        # not while paused on a peer: then records wait behind the pause
+        self.idle = self.fitted == self._fitted_at_query and not self._waiting
+        self._fitted_at_query = self.fitted
         self._send_buffer()
         asked, self._asked = self._asked, []
         for _, p in asked:
-            p.fulfil(self._sent)
+            p.fulfil([self._sent, True] if self.idle else self._sent)
         super().on_query(request_id, service)
 
     def statistics(self) -> dict:
@@ -358,6 +384,7 @@ class TensAIRSpoke(PipelineSpoke):
             "staleness": staleness_summary(self.staleness),
             "stalenessHistogram": sorted(self.staleness.items()),
             "clock": list(self.applied), "waits": self.waits, "maxLead": self.max_lead,
+            "idle": self.idle,
             "maxGradBuffer": self.max_grad_buffer, "maxStaleness": self.max_staleness,
             "updateScaling": self.update_scaling,
         }
