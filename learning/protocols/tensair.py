@@ -62,12 +62,13 @@ MLP / 0.9658 PA): the MLP (Adam) with ``maxGradBuffer`` 1 0.9214 unscaled, 0.934
 with 4, 0.8527 unscaled (four replicas' Adam steps added at once, stale) and 0.9064
 scaled; PA with 1 0.9626 unscaled, 0.9497 scaled (RandomRBF 0.8016 against 0.7790).
 
-Statistics (Query, per spoke): ``updatesMade`` (mini-batches, own updates), ``updatesSent``
-(messages), ``updatesApplied`` (messages from others), ``updatesReceived`` (updates in
-them), ``bytesToSiblings`` / ``bytesFromSiblings``, ``staleness`` (``mean``, ``p95``,
-``max``), ``clock``, ``waits`` (times it paused on ``maxStaleness``), ``maxLead``. The
-pipeline's ``protocol`` adds the staleness over all spokes and the replicas' ``spread``: the
-largest L2 distance of a replica's parameter vector from the replicas' mean at Query time
+Statistics (Query, per spoke): ``updatesMade`` (mini-batches, own updates),
+``updatesSent`` (messages), ``updatesApplied`` (messages from others), ``updatesReceived``
+(updates in them), ``bytesToSiblings`` / ``bytesFromSiblings``, ``staleness`` (``mean``,
+``p95``, ``max``), ``clock``, ``waits`` (times it paused on ``maxStaleness``),
+``maxLead``, ``idle`` (fitted nothing between the last two Queries). The pipeline's
+``protocol`` adds the staleness over all spokes and the replicas' ``spread``: the largest
+L2 distance of a replica's parameter vector from the replicas' mean at Query time
 (``model``: that mean).
 """
 
