@@ -141,8 +141,9 @@ EXECUTION_MODE = {ds: "process" if learner["name"] == "MLP" else "thread"
 
 #: the decentralized runs beside the parameter server's (papers/000 Algorithm 1): TensAIR
 #: with ``maxGradBuffer`` 1 and 4, and 4 with staleness bounded at 8 updates (§III-C; on
-#: Flink the updates come back through Kafka late: RandomRBF 0.789 unbounded, 0.7958
-#: bounded, centralized 0.8012); the variant names the row only (TensAIR has none)
+#: Flink the updates come back through Kafka late: RandomRBF, buffer 4, 0.784-0.791
+#: unbounded, 0.791-0.793 bounded over five runs, centralized 0.8012); the variant names
+#: the row only (TensAIR has none)
 TENSAIR = "TensAIR"
 TENSAIR_RUNS: list[tuple[str, str | None, dict]] = [
     (TENSAIR, "buffer 1", {"maxGradBuffer": 1}),
