@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 import re
 import shutil
@@ -43,6 +44,8 @@ from pathlib import Path
 from typing import Iterable
 
 from deploy.broker import free_port
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SessionCluster", "FLINK_HOME", "ClusterError"]
 
@@ -272,8 +275,13 @@ class SessionCluster:
         if errors:
             raise ClusterError("\n".join(errors) + "\n" + self.log_tail())
 
-    def start(self, timeout: float = 120) -> "SessionCluster":
+    def start(self, timeout: float = 120, port_retries: int = 2) -> "SessionCluster":
         """Start the JobManager and the TaskManagers; wait until all TaskManagers registered.
+
+        The REST and RPC ports were free when this object was made (:func:`free_port`); a
+        process that takes one before the JobManager binds it (the JobManager dies with a
+        ``java.net.BindException``; seen once in CI) makes the start try again on fresh
+        ports, ``port_retries`` times at most.
 
         Raises
         ------
@@ -281,15 +289,29 @@ class SessionCluster:
             A script failed, the JobManager died, or not all TaskManagers registered within
             ``timeout`` seconds; the message ends with the tail of the logs.
         """
-        self._started = True
         _LIVE.add(self)
-        try:
-            self._launch(["jobmanager.sh"] + ["taskmanager.sh"] * self.n_taskmanagers)
-            self.wait_for_taskmanagers(self.n_taskmanagers, timeout=timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(port_retries + 1):
+            self._started = True
+            try:
+                self._launch(["jobmanager.sh"] + ["taskmanager.sh"] * self.n_taskmanagers)
+                self.wait_for_taskmanagers(self.n_taskmanagers, timeout=timeout)
+                return self
+            except ClusterError as e:
+                if attempt < port_retries and "java.net.BindException" in str(e):
+                    log.warning("JobManager could not bind its ports (%d, %d); again on "
+                                "fresh ones", self.rest_port, self.rpc_port)
+                    self._halt()
+                    self.rest_port, self.rpc_port = free_port(), free_port()
+                    self.conf.update({"rest.port": self.rest_port,
+                                      "jobmanager.rpc.port": self.rpc_port})
+                    self._write_conf()
+                    continue
+                self.stop()
+                raise
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def wait_for_taskmanagers(self, n: int, timeout: float = 120) -> list[dict]:
         """Wait until the REST API lists at least ``n`` TaskManagers and all their slots;
@@ -314,6 +336,13 @@ class SessionCluster:
     def stop(self, grace: float = 10) -> None:
         """Stop every process of this cluster (TaskManagers first); SIGKILL what is left after
         ``grace`` seconds. Removes the working directory unless the caller gave it."""
+        self._halt(grace)
+        _LIVE.discard(self)
+        if not self._keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _halt(self, grace: float = 10) -> None:
+        """Stop every process of this cluster, as :meth:`stop`, keeping its directory."""
         if self._started:
             tms = self._alive(self._pids("taskexecutor"))
             jms = self._alive(self._pids("standalonesession"))
@@ -329,9 +358,6 @@ class SessionCluster:
             for f in self.pid_dir.glob("*.pid"):
                 f.unlink()
             self._started = False
-        _LIVE.discard(self)
-        if not self._keep:
-            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> "SessionCluster":
         return self.start()

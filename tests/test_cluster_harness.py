@@ -159,3 +159,26 @@ def test_killed_taskmanager_restarts_job(cluster, tmp_path):
     cluster.cancel(job2)
     assert cluster.job_status(job2) == "CANCELED"
     _step("resubmit from savepoint -> RUNNING -> CANCELED", t)
+
+
+def test_a_rest_port_taken_before_the_jobmanager_binds_it_is_replaced():
+    """The REST port is free when the cluster object is made and taken by another process
+    before the JobManager binds it (a fresh-clone CI run lost its JobManager this way,
+    ``java.net.BindException``): the start tries again on fresh ports and the cluster
+    comes up."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        c = SessionCluster(taskmanagers=1, slots=1)
+        c.rest_port = port
+        c.conf["rest.port"] = port
+        c._write_conf()
+        try:
+            c.start(timeout=120)
+            assert c.rest_port != port
+            assert len(c.get("/taskmanagers")["taskmanagers"]) == 1
+        finally:
+            c.stop()
