@@ -160,6 +160,8 @@ class PipelineSpoke(Node):
     quality: QualityState | None = None
     window, epochs = 0, 1
     _work: deque | None = None
+    _fitted_at_query = -1  # records fitted when the previous Query came (class default:
+    # snapshots taken before it existed)
 
     def __init__(self, request) -> None:
         super().__init__()
@@ -552,6 +554,14 @@ class PipelineSpoke(Node):
         """Collect what hub 0 lacks to export the global model and call ``done(extra)``
         (a JSON-safe dict reported with this spoke's statistics as ``export``)."""
         done({})
+
+    def quiet_since_last_query(self) -> bool:
+        """Whether this spoke fitted no record since the previous Query (False at the
+        first); this Query becomes the previous one. Call once per Query, after
+        :meth:`flush`: the protocols' idle spokes (BSP, SSP, TensAIR) start from it."""
+        quiet = self.fitted == self._fitted_at_query
+        self._fitted_at_query = self.fitted
+        return quiet
 
     def on_query(self, request_id: Any, service: dict | None = None) -> None:
         """Fit what is buffered, then report this spoke's statistics (and the kernel's

@@ -219,7 +219,6 @@ class StaleSynchronousSpoke(ShardedSpoke):
     _blocked = False
     _blocked_at = 0.0
     _idle = False
-    _fitted_at_query = -1  # records fitted when the previous Query came
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -302,8 +301,7 @@ class StaleSynchronousSpoke(ShardedSpoke):
         ever held: no round a finite stream could leave open)."""
         if self.bounded:
             self.flush()
-            idle = self._since == 0 and self.fitted == self._fitted_at_query
-            self._fitted_at_query = self.fitted
+            idle = self.quiet_since_last_query() and self._since == 0
             if not self.in_flight:
                 self._push(idle=idle)
         super().on_query(request_id, service)

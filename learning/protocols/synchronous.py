@@ -128,8 +128,6 @@ class SynchronousSpoke(ShardedSpoke):
     """A BSP worker: after every ``miniBatches`` mini-batches, push and wait for ``w̃``."""
 
     peer = SynchronousHub
-    _fitted_at_query = -1  # records fitted when the previous Query came (class default:
-    # snapshots taken before it existed)
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -157,8 +155,7 @@ class SynchronousSpoke(ShardedSpoke):
         nothing since the previous Query, push as idle — then report; see the module
         docstring for why a Query closes the open round."""
         self.flush()
-        idle = self._since == 0 and self.fitted == self._fitted_at_query
-        self._fitted_at_query = self.fitted
+        idle = self.quiet_since_last_query() and self._since == 0
         if not self.in_round:
             if idle:
                 self._idle()

@@ -195,7 +195,6 @@ class TensAIRSpoke(PipelineSpoke):
     talks_to_siblings = True
     # class defaults for snapshots taken before these existed
     idle = False
-    _fitted_at_query = -1  # records fitted when the previous Query came
     _idle_peers: frozenset = frozenset()  # peers that said they were idle, since
 
     peer = None  # TensAIRHub, set below
@@ -364,8 +363,7 @@ class TensAIRSpoke(PipelineSpoke):
         pending ``until`` (the stream may have ended; idle, saying so), then report."""
         self.flush()
         # not while paused on a peer: then records wait behind the pause
-        self.idle = self.fitted == self._fitted_at_query and not self._waiting
-        self._fitted_at_query = self.fitted
+        self.idle = self.quiet_since_last_query() and not self._waiting
         self._send_buffer()
         asked, self._asked = self._asked, []
         for _, p in asked:
