@@ -38,7 +38,10 @@ reports that answer Queries; for TensAIR, whose spokes exchange updates directly
 spoke→spoke byte counts as ``bytes_to_spokes``), ``rounds`` (synchronizations performed by
 hub 0: averaging rounds for BSP, FDA and EVENFLOW, applied pushes for SSP and TAP,
 exchanges for EASGD/Adaptive; TensAIR: the replicas' updates, one per mini-batch), ``records_per_second`` (training plus forecasting records over the time
-from the first record written to the last one counted), and a PNG (``--png``, default
+from the first record written to the last one counted), ``update_staleness`` and
+``records_per_push`` (SSP and TAP, hub 0's: p50/p95/max of the updates a push had not
+seen, p50/p95 of the records it carried; null for the others), ``round_trip_ms`` (TAP:
+each spoke's push → global round trip, p50 and p95, milliseconds), and a PNG (``--png``, default
 next to the JSON) with the prequential loss over records and the bytes per protocol.
 
 On Flink the producer keeps pace with the job, as a live source would (:data:`PACE`): it
@@ -295,6 +298,12 @@ def _row(dataset: str, protocol: str, variant: str | None, final: dict, seconds:
         "fitted": final["fitted"], "predicted": final["predicted"],
         "messages_to_hubs": proto["messagesToHubs"], "messages_to_spokes": proto["messagesToSpokes"],
         "all_bytes_to_hubs": proto["bytesToHubs"], "wait_ms": proto.get("waitMs"),
+        # SSP and TAP hubs (hub 0): updates a push missed, records per push (p50, p95)
+        "update_staleness": proto.get("updateStaleness"),
+        "records_per_push": proto.get("recordsPerPush"),
+        # TAP spokes: push → global round trip, milliseconds (each spoke's p50 and p95)
+        "round_trip_ms": [[s.get("roundTripMsP50"), s.get("roundTripMsP95")]
+                          for s in final.get("spokes", []) if "roundTripMsP50" in s] or None,
         "kernel": kernel, "queries": queries, "seconds": seconds,
         "loss_curve": curve,
     }

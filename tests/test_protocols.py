@@ -361,6 +361,11 @@ def test_asynchronous_is_tap_with_the_compensation_of_papers_003(m):
     for s in range(k):
         assert np.max(np.abs(net.spokes[s].pipeline.learner.get_params() - local[s])) < 1e-12
     assert sum(sp.globals_received for sp in net.spokes) == sum(sp.pushes for sp in net.spokes)
+    # round-robin records, every push answered before the next record: each push missed
+    # exactly the other two spokes' latest pushes and carried b·M records
+    hub = net.query()["protocol"]
+    assert hub["updateStaleness"] == {"p50": 2.0, "p95": 2.0, "max": 2}
+    assert hub["recordsPerPush"] == {"p50": b * M, "p95": b * M}
 
 
 @pytest.mark.parametrize("staleness", [1, 3])

@@ -58,6 +58,7 @@ between Queries.
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -97,11 +98,25 @@ class StaleSynchronousHub(ShardedHub):
         The largest ``c − min_j c_j`` of any push when it was answered (never > staleness).
     held : int
         Answers that had to wait for the slowest spoke.
+    update_staleness : collections.deque[int] or None
+        Per push (the last 10,000): the updates of this shard the pushing spoke had not
+        seen, i.e. the other spokes' pushes applied since it was last answered (Zhang et
+        al.'s staleness τ of a gradient, IJCAI 2016; 0 for a spoke alone; a spoke's first
+        push is not counted). Query reports p50, p95 and the largest as
+        ``updateStaleness``. None until the first push.
+    push_records : collections.deque[int] or None
+        Per push (the last 10,000): the records the spoke fitted since its previous push
+        (a round's length in records); Query reports p50 and p95 as ``recordsPerPush``.
     """
 
     bounded = True
     # immutable, replaced on change; a class default for snapshots taken before it existed
     idle_spokes: frozenset = frozenset()
+    # per-spoke update count at its last answer, and the staleness of the last pushes;
+    # class defaults for snapshots taken before they existed
+    _answered_at: dict | None = None
+    update_staleness: deque | None = None
+    push_records: deque | None = None
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -148,6 +163,7 @@ class StaleSynchronousHub(ShardedHub):
             self.idle_spokes = self.idle_spokes - {spoke}
         self.clocks[spoke] = max(self.clocks.get(spoke, 0), clock)
         self._latest[spoke] = (shard, layout, int(records))
+        self._note_staleness(spoke, int(records))
         if self.aggregation == "sum":
             [w_i] = self.align([(shard, layout)])
             self.set_shard(self.sum_of_deltas([w_i], [self.base_of(spoke)]))
@@ -169,6 +185,18 @@ class StaleSynchronousHub(ShardedHub):
         self._waiting.append((spoke, clock, p))
         return p
 
+    def _note_staleness(self, spoke: int, records: int) -> None:
+        """Record the staleness of spoke ``spoke``'s push: updates applied since its last
+        answer (pushes of every spoke, its own previous one excluded); nothing for a
+        spoke's first push."""
+        if self.update_staleness is None:
+            self.update_staleness = deque(maxlen=10_000)
+            self.push_records = deque(maxlen=10_000)
+        self.push_records.append(records)
+        answered = (self._answered_at or {}).get(spoke)
+        if answered is not None:
+            self.update_staleness.append(self.updates - answered)
+
     def _within_bound(self, clock: int) -> bool:
         """Whether a push at ``clock`` may be answered now: ``clock − min_j c_j ≤ staleness``,
         or always when unbounded."""
@@ -179,6 +207,9 @@ class StaleSynchronousHub(ShardedHub):
         self.max_lead = max(self.max_lead, lead)
         shard = self.shard()
         self.remember_base(spoke, shard)
+        if self._answered_at is None:
+            self._answered_at = {}
+        self._answered_at[spoke] = self.updates
         return self.answer(shard, self.min_clock(), self.clocks.get(spoke, clock))
 
     def _release(self) -> None:
@@ -194,8 +225,15 @@ class StaleSynchronousHub(ShardedHub):
         out = super().global_statistics()
         if self.bounded:
             out["staleness"] = self.staleness
+        tau = np.asarray(self.update_staleness or [], dtype=np.float64)
         out.update({"clocks": [self.clocks.get(i, 0) for i in range(self.n_peers)],
-                    "maxLead": self.max_lead, "heldAnswers": self.held})
+                    "maxLead": self.max_lead, "heldAnswers": self.held,
+                    "updateStaleness": None if not tau.size else {
+                        "p50": float(np.percentile(tau, 50)),
+                        "p95": float(np.percentile(tau, 95)), "max": int(tau.max())},
+                    "recordsPerPush": None if not self.push_records else {
+                        "p50": float(np.percentile(self.push_records, 50)),
+                        "p95": float(np.percentile(self.push_records, 95))}})
         if self.bounded:
             out["idleSpokes"] = sorted(self.idle_spokes)
         return out
