@@ -186,6 +186,20 @@ def test_the_table_reads_bytes_relative_to_bsp_as_a_fraction():
     assert lines["Centralized"][4] == "+0.0500"
 
 
+def test_the_table_names_a_rule_other_than_bsps():
+    """A summing BSP beside an averaging FDA run: the FDA row says ``average``."""
+    def row(protocol, variant, aggregation):
+        return {"dataset": "d", "protocol": protocol, "variant": variant, "spokes": 4,
+                "aggregation": aggregation, "prequential_accuracy": 0.9, "mean_loss": 0.1,
+                "bytes_to_hubs": 10, "bytes_to_spokes": 10, "rounds": 3,
+                "records_per_second": 10.0}
+
+    table = markdown_table([row("Synchronous", None, "sum"), row("FDA", "naive", "average"),
+                            row("FDA", "linear", "sum"), row("Independent", None, None)])
+    names = [x.split(" | ")[1] for x in table.splitlines()[2:]]
+    assert names == ["Synchronous", "FDA (naive, average)", "FDA (linear)", "Independent"]
+
+
 def test_the_experiment_help_is_plain_text(capsys):
     assert main(["experiment", "--help"]) == 0
     text = capsys.readouterr().out
