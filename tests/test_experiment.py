@@ -98,11 +98,16 @@ def test_quick_run_has_a_centralized_row_per_dataset_equal_to_a_single_spoke_run
     assert [(r["dataset"], r["protocol"], r["variant"], r["spokes"]) for r in rows] == [
         (ds, p, v, k) for ds in DATASETS for p, v, k in runs]
     assert all(KEYS | {"spokes", "aggregation"} <= set(r) for r in rows)
-    # the rule that ran: none without synchronization, else the learner's default
+    # the rule that ran: none without synchronization, else the one SETTINGS gives the run
+    # (Waveform's and Hyperplane's FDA naive average), else the learner's default
     for r in rows:
+        chosen = next((e.get("aggregation") for p, v, e in experiment.SETTINGS[r["dataset"]]
+                       if (p, v) == (r["protocol"], r["variant"])), None)
         expected = None if r["protocol"] in ("Centralized", "Independent") else \
-            "average" if r["dataset"] == "digits" else "sum"
+            chosen or ("average" if r["dataset"] == "digits" else "sum")
         assert r["aggregation"] == expected, r
+    assert {r["dataset"] for r in rows if r["protocol"] == "FDA" and
+            r["aggregation"] == "average"} == {"digits", "waveform", "hyperplane"}
     for row in rows[::4]:
         n = min(QUICK_LIMIT, 1250 if row["dataset"] == "phishing" else QUICK_LIMIT)
         assert row["kernel"] == "local" and row["fitted"] + row["predicted"] == n
@@ -115,7 +120,8 @@ def test_quick_run_has_a_centralized_row_per_dataset_equal_to_a_single_spoke_run
         central = next(r for r in rows if r["dataset"] == ds and r["protocol"] == "Centralized")
         line = next(x for x in table.splitlines() if x.startswith(f"| {ds} | Centralized |"))
         assert line.split(" | ")[2:4] == [f"{central['prequential_accuracy']:.4f}", "+0.0000"]
-        assert f"| {ds} | Independent |" in table and f"| {ds} | FDA (naive) |" in table
+        naive = "FDA (naive, average)" if ds in ("waveform", "hyperplane") else "FDA (naive)"
+        assert f"| {ds} | Independent |" in table and f"| {ds} | {naive} |" in table
 
 
 def test_a_spokes_sweep_groups_by_spokes_and_runs_centralized_once(tmp_path):
