@@ -85,7 +85,8 @@ def main() -> None:
         for p, v in VARIANTS:
             runs = [r for r in mine if (r["protocol"], r["variant"]) == (p, v)]
             for r in runs:
-                print(f"  {p} {v:6} {r['threshold']:<6g} {r['aggregation'] or '':7} acc {r['accuracy']:.4f} "
+                print(f"  {p} {v:6} {r['threshold']:<6g} {r['aggregation'] or '':7} "
+                      f"acc {r['accuracy']:.4f} "
                       f"({r['accuracy'] - central:+.4f}) bytes 1/{bsp['bytes'] / r['bytes']:.1f} "
                       f"of BSP, {r['rounds']} rounds")
             ok = [r["threshold"] for r in runs if r["accuracy"] >= central - bar]

@@ -19,9 +19,10 @@ grow with one hub.
 Statistics: SSP's that do not concern the bound (the hub's ``clocks``, ``maxLead``,
 ``heldAnswers``, ``updateStaleness`` — p50/p95/max of the other spokes' pushes a push had
 not seen — and ``recordsPerPush`` — p50/p95 —; no ``staleness``, and no spoke ``clock``,
-``slowestKnown``, ``waitedPushes``), plus on each spoke: globals received, the push → global round trip
-(p50/p95, milliseconds: the feedback loop's latency) and a fingerprint of the last global
-model installed (a test matches it with the message that carried it through Kafka).
+``slowestKnown``, ``waitedPushes``), plus on each spoke: globals received, the push →
+global round trip (p50/p95, milliseconds: the feedback loop's latency) and a fingerprint
+of the last global model installed (a test matches it with the message that carried it
+through Kafka).
 """
 
 from __future__ import annotations

@@ -99,14 +99,15 @@ class StaleSynchronousHub(ShardedHub):
     held : int
         Answers that had to wait for the slowest spoke.
     update_staleness : collections.deque[int] or None
-        Per push (the last 10,000): the updates of this shard the pushing spoke had not
-        seen, i.e. the other spokes' pushes applied since it was last answered (Zhang et
-        al.'s staleness τ of a gradient, IJCAI 2016; 0 for a spoke alone; a spoke's first
-        push is not counted). Query reports p50, p95 and the largest as
-        ``updateStaleness``. None until the first push.
+        Per push, idle ones left out (the last 10,000): the updates of this shard the
+        pushing spoke had not seen, i.e. the other spokes' pushes applied since it was last
+        answered (Zhang et al.'s staleness τ of a gradient, IJCAI 2016, cited by papers/002
+        §2.2.2; 0 for a spoke alone; a spoke's first push is not counted). Query reports
+        p50, p95 and the largest as ``updateStaleness``. None until the first push.
     push_records : collections.deque[int] or None
-        Per push (the last 10,000): the records the spoke fitted since its previous push
-        (a round's length in records); Query reports p50 and p95 as ``recordsPerPush``.
+        Per push, idle ones left out (the last 10,000): the records the spoke fitted since
+        its previous push (a round's length in records); Query reports p50 and p95 as
+        ``recordsPerPush``.
     """
 
     bounded = True
@@ -163,7 +164,8 @@ class StaleSynchronousHub(ShardedHub):
             self.idle_spokes = self.idle_spokes - {spoke}
         self.clocks[spoke] = max(self.clocks.get(spoke, 0), clock)
         self._latest[spoke] = (shard, layout, int(records))
-        self._note_staleness(spoke, int(records))
+        if not idle:
+            self._note_staleness(spoke, int(records))
         if self.aggregation == "sum":
             [w_i] = self.align([(shard, layout)])
             self.set_shard(self.sum_of_deltas([w_i], [self.base_of(spoke)]))
