@@ -230,7 +230,11 @@ class Session:
         Raises
         ------
         TimeoutError
-            With the last counts, when that does not happen within ``timeout`` seconds.
+            With the last counts, when that does not happen within ``timeout`` seconds,
+            and what tells a stalled pipeline from lost records: per spoke its records
+            fitted, predicted, held and rejected, and the protocol's idle spokes and
+            rounds (a spoke holding records waits on a synchronization; none holding and
+            counts short, the records did not reach the job).
         """
         deadline = time.monotonic() + timeout
         last: dict = {}
@@ -247,9 +251,13 @@ class Session:
                     self.rescan_predictions()
                     continue
             time.sleep(every)
+        spokes = [{k: sp.get(k) for k in ("spoke", "fitted", "predicted", "held", "rejected",
+                                           "rounds", "waitMs")} for sp in last.get("spokes") or []]
+        proto = {k: (last.get("protocol") or {}).get(k) for k in ("name", "rounds", "idleSpokes")}
         raise TimeoutError(f"pipeline {pipeline}: fitted {last.get('fitted')}/{n_train}, "
                            f"predicted {last.get('predicted')}/{n_forecast}, on topic "
-                           f"{self.prediction_count(pipeline)}")
+                           f"{self.prediction_count(pipeline)}; spokes {spokes}; "
+                           f"protocol {proto}")
 
     def prediction_count(self, pipeline: int) -> int:
         self._collect_predictions()

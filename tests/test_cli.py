@@ -52,3 +52,22 @@ def test_connection_settings_are_checked(monkeypatch):
     assert main(["request", "query", "--id", "1"]) == 2  # no bootstrap servers anywhere
     assert main(["request", "query", "--id", "1", "--bootstrap-servers", "x:1",
                  "--security-protocol", "SASL_SSL"]) == 2  # SASL without mechanism/user
+
+
+def test_a_session_that_times_out_waiting_says_which_spoke_holds_what():
+    """``wait_until_counted``'s TimeoutError tells a stalled pipeline (a spoke holding
+    records behind a synchronization) from records that never reached the job; no broker
+    is needed: the Query is replaced."""
+    from flink_jobs.config import JobConfig
+
+    s = Session(JobConfig(bootstrap_servers="127.0.0.1:1"), "t")
+    answer = {"fitted": 3, "predicted": 1, "protocol": {"name": "Synchronous", "rounds": 2,
+                                                        "idleSpokes": [1]},
+              "spokes": [{"spoke": 0, "fitted": 3, "predicted": 1, "held": 5, "rejected": 0,
+                          "rounds": 2, "waitMs": 9.0}]}
+    s.query = lambda pipeline, timeout=0: answer
+    s.prediction_count = lambda pipeline: 1
+    with pytest.raises(TimeoutError) as err:
+        s.wait_until_counted(0, 4, 1, timeout=0.2, every=0.05)
+    text = str(err.value)
+    assert "fitted 3/4" in text and "'held': 5" in text and "'idleSpokes': [1]" in text
