@@ -77,15 +77,18 @@ def test_sum_of_one_record_per_spoke_is_sequential_training_where_steps_do_not_i
         assert np.max(np.abs(models["average"] - w / k)) < 1e-12
 
 
-def tap_sum_reference(X, y, k: int, b: int, M: int, lr: float = 0.05) -> tuple[list, np.ndarray]:
+def tap_sum_reference(X, y, k: int, b: int, M: int, lr: float = 0.05,
+                      p: float = 0.0) -> tuple[list, np.ndarray]:
     """Asynchronous pushes under the sum rule, computed directly: records round-robin,
     SGD per mini-batch, a push every M mini-batches answered at once; the global model
-    moves by the spoke's delta from the global it was last answered with."""
+    moves by the spoke's delta from the global it was last answered with, times τ^−p (τ:
+    the pushes applied since that answer; a spoke's first push: 1)."""
     local = [np.zeros(6) for _ in range(k)]
     base = [np.zeros(6) for _ in range(k)]
     g = np.zeros(6)
     buf: list[list] = [[] for _ in range(k)]
     batches = [0] * k
+    updates, answered = 0, [None] * k
     for i in range(len(X)):
         s = i % k
         buf[s].append(i)
@@ -94,23 +97,49 @@ def tap_sum_reference(X, y, k: int, b: int, M: int, lr: float = 0.05) -> tuple[l
         local[s] = sgd_step(local[s], X[buf[s]], y[buf[s]], lr)
         buf[s], batches[s] = [], batches[s] + 1
         if batches[s] % M == 0:
-            g = g + local[s] - base[s]
+            factor = 1.0 if answered[s] is None else max(1, updates - answered[s]) ** -p
+            g = g + factor * (local[s] - base[s])
+            updates += 1
+            answered[s] = updates
             local[s], base[s] = g.copy(), g.copy()
     return local, g
 
 
-@pytest.mark.parametrize("protocol,m", [("Asynchronous", 1), ("Asynchronous", 3),
-                                        ("SSP", 1), ("EASGD", 1), ("EASGD", 2)])
-def test_asynchronous_sum_adds_each_push_delta_from_what_that_spoke_was_answered(protocol, m):
+@pytest.mark.parametrize("protocol,m,p", [("Asynchronous", 1, 0.0), ("Asynchronous", 3, 0.0),
+                                          ("SSP", 1, 0.0), ("EASGD", 1, 0.0), ("EASGD", 2, 0.0),
+                                          ("Asynchronous", 1, 1.0), ("Asynchronous", 3, 0.5),
+                                          ("SSP", 2, 0.5)])
+def test_asynchronous_sum_adds_each_push_delta_from_what_that_spoke_was_answered(protocol, m, p):
+    """... scaled by τ^−p under ``stalenessDamping`` = p (Zhang et al.'s η/τ at p = 1):
+    round-robin records, each push answered at once, so every push after a spoke's first
+    missed the other two spokes' (τ = 2)."""
     k, b, M = 3, 4, 2
     X, y = regression(k * b * M * 15, seed=12)
     extra = {"staleness": 10_000} if protocol == "SSP" else {}
+    if protocol != "EASGD":
+        extra["stalenessDamping"] = p
     net = network(create(protocol, hubs=m, batch=b, batches=M, aggregation="sum", **extra), k, m)
     stream(net, X, y, every=1)
-    local, g = tap_sum_reference(X, y, k, b, M)
+    local, g = tap_sum_reference(X, y, k, b, M, p=p)
     assert np.max(np.abs(global_model(net) - g)) < 1e-12
     for s in range(k):
         assert np.max(np.abs(net.spokes[s].pipeline.learner.get_params() - local[s])) < 1e-12
+    if protocol != "EASGD":
+        assert net.query()["protocol"]["stalenessDamping"] == p
+
+
+def test_staleness_damping_changes_nothing_under_average():
+    """Under ``average`` a push replaces its spoke's contribution: nothing accumulates to
+    damp, the model is the same with p = 1 as with p = 0, and Query reports 0."""
+    X, y = regression(3 * 4 * 2 * 10, seed=14)
+    models = []
+    for p in (0.0, 1.0):
+        net = network(create("Asynchronous", batch=4, batches=2, aggregation="average",
+                             stalenessDamping=p), 3, 1)
+        stream(net, X, y, every=1)
+        models.append(global_model(net))
+        assert net.query()["protocol"]["stalenessDamping"] == 0.0
+    assert np.array_equal(models[0], models[1])
 
 
 def test_aggregation_is_validated_and_defaults_by_learner():

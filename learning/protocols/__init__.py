@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 
 from learning.errors import RequestError
-from learning.protocols import adaptive, easgd, evenflow, fda, ssp, tensair
+from learning.protocols import adaptive, asynchronous, easgd, evenflow, fda, ssp, tensair
 from learning.protocols.adaptive import AdaptiveHub, AdaptiveSpoke
 from learning.protocols.asynchronous import AsynchronousHub, AsynchronousSpoke
 from learning.protocols.base import PipelineHub, PipelineSpoke
@@ -73,9 +73,7 @@ def _origin(cls: type) -> tuple[str, str]:
 
 
 for _names, _spoke, _hub, _parameters in (
-        (("Asynchronous",), AsynchronousSpoke, AsynchronousHub,
-         ProtocolParams(term="TAP", reference="papers/002 §2.2.2, papers/003 §II.C (stale "
-                        "contribution replaced)")),
+        (("Asynchronous",), AsynchronousSpoke, AsynchronousHub, asynchronous.PARAMETERS),
         (("Independent",), IndependentSpoke, IndependentHub,
          ProtocolParams(reference="no synchronization (for learners that cannot be averaged)")),
         (("Synchronous",), SynchronousSpoke, SynchronousHub,

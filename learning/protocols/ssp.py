@@ -53,6 +53,15 @@ finite stream with 1,704 records held, fitted 4 per Query: 426 Queries; now two 
 first finds the others' last records, the second finds them idle). A spoke that merely
 pushed just before a Query is not idle: it must have fitted nothing for a whole interval
 between Queries.
+
+Stale deltas. Under the ``sum`` rule a push moves ``w̃`` by the spoke's delta from the
+shard it was last answered with; when other spokes' updates were applied meanwhile (τ of
+them, ``updateStaleness``), that delta partly corrects what they already corrected, and the
+sum overshoots. ``stalenessDamping`` = p scales the delta by ``max(1, τ)^−p`` before it is
+added (:func:`damping_factor`): p = 1 is Zhang et al.'s staleness-dependent learning rate
+η/τ (Staleness-aware Async-SGD, IJCAI 2016, cited by papers/002 §2.2.2), p = 0 leaves the
+delta as it is. Under ``average`` a push replaces the spoke's earlier contribution and
+nothing accumulates: p changes nothing, and Query reports 0.
 """
 
 from __future__ import annotations
@@ -67,15 +76,31 @@ from learning.protocols.parameters import Param, ProtocolParams
 from learning.protocols.sharding import ShardedHub, ShardedSpoke, weighted_average
 from middleware import Promise, remote
 
-__all__ = ["StaleSynchronousSpoke", "StaleSynchronousHub", "STALENESS", "PARAMETERS",
-           "DEFAULT_STALENESS"]
+__all__ = ["StaleSynchronousSpoke", "StaleSynchronousHub", "STALENESS", "STALENESS_DAMPING",
+           "PARAMETERS", "DEFAULT_STALENESS", "damping_factor"]
 
 #: ``trainingConfiguration.staleness``: s of the bound ``c − min_j c_j ≤ s`` (rounds)
 STALENESS = Param("staleness", int, 2, "s, rounds a spoke may run ahead of the slowest "
                   "(0: BSP)", interval="[0, 100000]")
+#: ``trainingConfiguration.stalenessDamping``: p of the factor τ^−p that scales a push's
+#: delta under the ``sum`` rule (module docstring, "Stale deltas"); SSP's default 0, none
+STALENESS_DAMPING = Param(
+    "stalenessDamping", float, 0.0, "p: under aggregation sum a push's delta is scaled by "
+    "τ^−p, τ the other spokes' updates it missed (Zhang et al. 2016: 1; 0: not scaled)",
+    interval="[0, 1]")
 #: SSP's declaration (:mod:`learning.protocols.parameters`)
-PARAMETERS = ProtocolParams(reference="papers/002 §2.2.3, papers/003 §II.C", params=(STALENESS,))
+PARAMETERS = ProtocolParams(reference="papers/002 §2.2.3, papers/003 §II.C",
+                            params=(STALENESS, STALENESS_DAMPING))
 DEFAULT_STALENESS = STALENESS.default
+
+
+def damping_factor(missed: int | None, p: float) -> float:
+    """``max(1, τ)^−p``: the factor of a push's delta that missed ``missed`` = τ updates
+    (a spoke's first push, None: 1.0). p = 1 is Zhang et al.'s learning rate η/τ
+    (Staleness-aware Async-SGD, IJCAI 2016, §3; cited by papers/002 §2.2.2)."""
+    if missed is None or p == 0:
+        return 1.0
+    return float(max(1, missed)) ** -p
 
 
 class StaleSynchronousHub(ShardedHub):
@@ -108,11 +133,16 @@ class StaleSynchronousHub(ShardedHub):
         Per push, idle ones left out (the last 10,000): the records the spoke fitted since
         its previous push (a round's length in records); Query reports p50 and p95 as
         ``recordsPerPush``.
+    damping : float
+        ``stalenessDamping`` = p: under ``sum`` a push's delta is scaled by τ^−p.
     """
 
     bounded = True
+    #: the declaration ``stalenessDamping`` is read with (TAP's has another default)
+    damping_param = STALENESS_DAMPING
     # immutable, replaced on change; a class default for snapshots taken before it existed
     idle_spokes: frozenset = frozenset()
+    damping = 0.0
     # per-spoke update count at its last answer, and the staleness of the last pushes;
     # class defaults for snapshots taken before they existed
     _answered_at: dict | None = None
@@ -122,6 +152,7 @@ class StaleSynchronousHub(ShardedHub):
     def __init__(self, request) -> None:
         super().__init__(request)
         self.staleness = STALENESS.of(request.training_configuration)
+        self.damping = self.damping_param.of(request.training_configuration)
         self.clocks: dict[int, int] = {}
         self.max_lead = 0
         self.held = 0
@@ -131,6 +162,7 @@ class StaleSynchronousHub(ShardedHub):
     def update(self, request) -> None:
         super().update(request)
         self.staleness = STALENESS.of(self.request.training_configuration)
+        self.damping = self.damping_param.of(self.request.training_configuration)
         self._release()
 
     def min_clock(self) -> int:
@@ -164,11 +196,15 @@ class StaleSynchronousHub(ShardedHub):
             self.idle_spokes = self.idle_spokes - {spoke}
         self.clocks[spoke] = max(self.clocks.get(spoke, 0), clock)
         self._latest[spoke] = (shard, layout, int(records))
+        missed = self._missed(spoke)
         if not idle:
-            self._note_staleness(spoke, int(records))
+            self._note_staleness(int(records), missed)
         if self.aggregation == "sum":
             [w_i] = self.align([(shard, layout)])
-            self.set_shard(self.sum_of_deltas([w_i], [self.base_of(spoke)]))
+            base = self.base_of(spoke)
+            if self.damping:  # scale the stale delta (module docstring, "Stale deltas")
+                w_i = base + damping_factor(missed, self.damping) * (w_i - base)
+            self.set_shard(self.sum_of_deltas([w_i], [base]))
         else:
             order = sorted(self._latest)
             vectors = self.align([self._latest[i][:2] for i in order])
@@ -187,17 +223,21 @@ class StaleSynchronousHub(ShardedHub):
         self._waiting.append((spoke, clock, p))
         return p
 
-    def _note_staleness(self, spoke: int, records: int) -> None:
-        """Record the staleness of spoke ``spoke``'s push: updates applied since its last
-        answer (pushes of every spoke, its own previous one excluded); nothing for a
-        spoke's first push."""
+    def _missed(self, spoke: int) -> int | None:
+        """The updates of this shard spoke ``spoke`` has not seen: the pushes applied since
+        it was last answered (every spoke's, its own previous one excluded); None before its
+        first answer."""
+        answered = (self._answered_at or {}).get(spoke)
+        return None if answered is None else self.updates - answered
+
+    def _note_staleness(self, records: int, missed: int | None) -> None:
+        """Record a push's records and the updates it missed (nothing for a spoke's first)."""
         if self.update_staleness is None:
             self.update_staleness = deque(maxlen=10_000)
             self.push_records = deque(maxlen=10_000)
         self.push_records.append(records)
-        answered = (self._answered_at or {}).get(spoke)
-        if answered is not None:
-            self.update_staleness.append(self.updates - answered)
+        if missed is not None:
+            self.update_staleness.append(missed)
 
     def _within_bound(self, clock: int) -> bool:
         """Whether a push at ``clock`` may be answered now: ``clock − min_j c_j ≤ staleness``,
@@ -227,6 +267,7 @@ class StaleSynchronousHub(ShardedHub):
         out = super().global_statistics()
         if self.bounded:
             out["staleness"] = self.staleness
+        out["stalenessDamping"] = self.damping if self.aggregation == "sum" else 0.0
         tau = np.asarray(self.update_staleness or [], dtype=np.float64)
         out.update({"clocks": [self.clocks.get(i, 0) for i in range(self.n_peers)],
                     "maxLead": self.max_lead, "heldAnswers": self.held,
