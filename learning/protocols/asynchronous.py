@@ -8,13 +8,13 @@ push. The hub applies it at once and answers that spoke alone:
 
     w̃ ← w̃ + (γ_i w_i^new − γ_i w_i^old) / Σ_j γ_j        (papers/003 §II.C)
 
-i.e. the spoke's previous contribution is replaced (its stale part removed), so
-that ``w̃ = Σ_j γ_j w_j / Σ_j γ_j`` over every spoke's latest model (papers/003 eq. 2). Under the
-``sum`` rule the hub adds the spoke's delta instead, scaled by ``τ^−0.5`` by default (τ:
-the other spokes' updates the push missed; ``stalenessDamping``, after Zhang et al.'s η/τ,
-see :mod:`learning.protocols.ssp`, "Stale deltas"). No spoke ever waits for another: this
-is :mod:`learning.protocols.ssp` with unbounded staleness, and its hub and spoke are those
-classes configured so (``bounded = False``). The spoke installs ``w̃`` plus what it
+i.e. the spoke's previous contribution is replaced (its stale part removed), so that
+``w̃ = Σ_j γ_j w_j / Σ_j γ_j`` over every spoke's latest model (papers/003 eq. 2). Under
+the ``sum`` rule the hub adds the spoke's delta instead, scaled by ``τ^−0.5`` by default
+(τ: the other spokes' updates the push missed; ``stalenessDamping``, after Zhang et al.'s
+η/τ, see :mod:`learning.protocols.ssp`, "Stale deltas"). No spoke ever waits for another:
+this is :mod:`learning.protocols.ssp` with unbounded staleness, and its hub and spoke are
+those classes configured so (``bounded = False``). The spoke installs ``w̃`` plus what it
 learned while the push was in flight; one push per spoke is in flight at a time; a Query
 only reports. Works for any ``hubParallelism``; the label set may grow with one hub.
 
