@@ -487,9 +487,10 @@ class ShardedSpoke(PipelineSpoke):
         return w
 
     # -- a BSP-style averaging round (papers/002 §2.2.1, papers/003 §II.B) ---------------
-    def sync_models(self, on_done: Callable[[np.ndarray], None]) -> None:
+    def sync_models(self, on_done: Callable[[np.ndarray], None], **keywords: Any) -> None:
         """Push this spoke's model to every hub's averaging round, paused until the
-        weighted average (eq. 2) came back; then install it and call ``on_done(w)``."""
+        weighted average (eq. 2) came back; then install it and call ``on_done(w)``.
+        ``keywords`` go to every hub's ``push``."""
         w, layout = self.vector()
         records, self.records_since_sync = self.records_since_sync, 0
         self.pushes += 1
@@ -503,7 +504,7 @@ class ShardedSpoke(PipelineSpoke):
             on_done(w_global)
 
         self.scatter("push", w, layout, records, self.ctx.index, sync=True, on_all=install,
-                     prep=prep)
+                     prep=prep, **keywords)
 
     # -- statistics ----------------------------------------------------------------------
     def protocol_statistics(self) -> dict:

@@ -38,6 +38,22 @@ is. That first round is the only one in which not every spoke started from the s
 ``w̃``, and only after a Query found it idle; from its answer on it is in step again. An
 idle spoke predicts with the ``w̃`` of its idle answer: each Query answers it anew, so it
 misses at most the rounds closed since the previous Query.
+
+Coming back with several hubs. Each hub decides alone whether a round waits for a spoke,
+so a spoke that simply pushed work again could land in different rounds on different
+hubs: with two spokes both back from idle, hub 0 taking A's push first closed a round of
+A alone and then waited for A with B's, while hub 1, taking B's first, did the mirror
+image: each spoke waited on a hub that waited for the other's next push, and the
+pipeline stalled for good with both spokes' records held (seen once in CI; 8 of 30 seeds
+of shuffled delivery in process). So a spoke comes back in two steps. First it calls
+every hub's :meth:`SynchronousHub.rejoin` (paused): each hub stops leaving it out, holds
+its open round for it until its push comes, and answers at once with the rounds it has
+closed. Then it pushes its work tagged with round T = 1 + the most rounds any hub had
+closed. Active spokes push a round only after every hub answered the one before, so hubs
+are never more than one round apart: a hub that had closed T − 2 closes round T − 1
+without the returning spoke (the other hubs did) and keeps its push for round T; every
+other hub takes it into round T at once. From round T on every hub waits for it in the
+same rounds.
 """
 
 from __future__ import annotations
@@ -68,12 +84,32 @@ class SynchronousHub(AveragingHub):
     idle_spokes: frozenset = frozenset()
     _returning: frozenset = frozenset()  # pushed work since idle: delta from the idle answer
     _answers: dict | None = None  # spoke → its promise in the open round
+    _next: dict | None = None  # spoke → (push arguments, its promise), for the next round
+
+    @remote
+    def rejoin(self, spoke: int) -> int:
+        """Spoke ``spoke``, idle, has work again (module docstring, "Coming back with
+        several hubs"): rounds wait for it from now on, the open one too, until its push
+        says which round it takes part in.
+
+        Returns
+        -------
+        int
+            The rounds this hub has closed.
+        """
+        if spoke in self.idle_spokes:
+            self.idle_spokes = self.idle_spokes - {spoke}
+            self._returning = self._returning | {spoke}
+        return self.rounds
 
     @remote
     def push(self, shard: np.ndarray, layout: dict, records: int, spoke: int,
-             prep: list | None = None, idle: bool = False) -> Promise | list:
+             prep: list | None = None, idle: bool = False,
+             at_round: int | None = None) -> Promise | list:
         """As :meth:`AveragingHub.push`; ``idle``: spoke ``spoke`` fitted nothing since the
-        previous Query and no round waits on it.
+        previous Query and no round waits on it; ``at_round``: the round (1 + the rounds a
+        hub has closed) of a spoke's first push after :meth:`rejoin`: one past this hub's
+        open round means the open round closes without it.
 
         Returns
         -------
@@ -83,14 +119,18 @@ class SynchronousHub(AveragingHub):
             only).
         """
         if not idle:
-            if spoke in self.idle_spokes:
-                self.idle_spokes = self.idle_spokes - {spoke}
+            if spoke in self.idle_spokes:  # back without rejoin (one hub, or a snapshot of
+                self.idle_spokes = self.idle_spokes - {spoke}  # a job from before it)
                 self._returning = self._returning | {spoke}
             mine = Promise()
-            if self._answers is None:
-                self._answers = {}
-            self._answers[spoke] = mine  # before the push: it may end the round
-            super().push(shard, layout, records, spoke, prep)
+            if at_round is not None and at_round > self.rounds + 1:
+                if self._next is None:
+                    self._next = {}
+                self._next[spoke] = ((shard, layout, records, spoke, prep), mine)
+                if self._round is not None and self.round_complete():
+                    self.close_round()
+                return mine
+            self._join_round(spoke, (shard, layout, records, spoke, prep), mine)
             return mine
         self.idle_spokes = self.idle_spokes | {spoke}
         self.merge_preprocessors(prep)
@@ -101,17 +141,30 @@ class SynchronousHub(AveragingHub):
             self.close_round()
         return answer
 
+    def _join_round(self, spoke: int, args: tuple, mine: Promise) -> None:
+        if self._answers is None:
+            self._answers = {}
+        self._answers[spoke] = mine  # before the push: it may end the round
+        super().push(*args)
+
     def close_round(self) -> None:
-        """As :meth:`AveragingHub.close_round`, answering every pusher's own promise."""
+        """As :meth:`AveragingHub.close_round`, answering every pusher's own promise; the
+        pushes kept for the next round then open it."""
         waiting, self._answers = self._answers or {}, {}
         super().close_round()
         answer = self.answer(self.shard())
         for spoke in sorted(waiting):
             waiting[spoke].fulfil(answer)
+        later, self._next = self._next or {}, None
+        for spoke in sorted(later):
+            self._join_round(spoke, *later[spoke])
 
     def round_complete(self) -> bool:
-        """Every spoke that is not idle has pushed."""
-        return all(i in self._pushed for i in range(self.n_peers) if i not in self.idle_spokes)
+        """Every spoke that is not idle, and whose push is not kept for the next round,
+        has pushed."""
+        later = self._next or {}
+        return all(i in self._pushed for i in range(self.n_peers)
+                   if i not in self.idle_spokes and i not in later)
 
     def round_bases(self, order: list[int]) -> list[np.ndarray]:
         """``w̃`` for each spoke, but the shard a spoke back from idle was answered with."""
@@ -128,6 +181,7 @@ class SynchronousSpoke(ShardedSpoke):
     """A BSP worker: after every ``miniBatches`` mini-batches, push and wait for ``w̃``."""
 
     peer = SynchronousHub
+    _idle_at_hubs = False  # the last push was idle; a class default for older snapshots
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -142,7 +196,43 @@ class SynchronousSpoke(ShardedSpoke):
     def _round(self) -> None:
         self._since = 0
         self.in_round = True
-        self.sync_models(self._installed)
+        if self._idle_at_hubs:
+            self._idle_at_hubs = False
+            self._rejoin()
+        else:
+            self.sync_models(self._installed)
+
+    def _rejoin(self) -> None:
+        """Back from idle: :meth:`SynchronousHub.rejoin` on every hub (paused), then push
+        into round 1 + the most rounds a hub has closed (module docstring)."""
+        m = self.ctx.n_hubs
+        closed: list[int | None] = [None] * m
+        state = {"left": m, "failed": []}
+
+        def settle() -> None:
+            state["left"] -= 1
+            if state["left"]:
+                return
+            if state["failed"]:
+                self.sync_failures += 1
+                self.on_sync_failed("rejoin", state["failed"])
+            else:
+                self.sync_models(self._installed, at_round=max(closed) + 1)
+
+        def ok(j: int):
+            def cb(value: Any) -> None:
+                closed[j] = int(value)
+                settle()
+            return cb
+
+        def failed(error) -> None:
+            state["failed"].append(error)
+            settle()
+
+        for j in range(m):
+            call = self.peers[j].rejoin(self.ctx.index)
+            call.on_error(failed)
+            call.then_sync(ok(j))
 
     def _installed(self, w: np.ndarray) -> None:
         self.in_round = False
@@ -166,6 +256,7 @@ class SynchronousSpoke(ShardedSpoke):
     def _idle(self) -> None:
         """Push as idle (no round waits for this spoke) and install the ``w̃`` answered."""
         self.in_round = True
+        self._idle_at_hubs = True
         w, layout = self.vector()
 
         def install(answers: list) -> None:
