@@ -317,6 +317,57 @@ def test_bsp_spokes_back_from_idle_on_several_hubs_land_in_the_same_rounds(k, m)
         for s in net.spokes:  # the last round's w̃ on every spoke, assembled from one round
             assert np.array_equal(s.pipeline.learner.get_params(), global_model(net))
 
+
+@pytest.mark.parametrize("variant,k,m", [("naive", 2, 2), ("linear", 3, 3), ("sketch", 3, 2)])
+def test_fda_on_several_hubs_survives_a_poll_that_overtakes_the_last_answer(variant, k, m):
+    """FDA's poll comes from hub 0, a spoke's last answer of the previous round from any
+    hub: with several hubs the poll can come first. A spoke used to drop it as stale, and
+    the coordinator then waited for its state for good, the other spokes paused (before:
+    7 to 10 of 10 seeds here stalled). Now the spoke keeps it until it gets there: every
+    seed fits every record and every hub closes the same rounds. Messages are delivered in
+    random order and only partly between records, so answers and polls cross."""
+    b = 4
+    X, y = regression(k * b * 40, seed=22)
+    for seed in range(10):
+        net = network(create("FDA", hubs=m, batch=b, threshold=0.003, variant=variant), k, m,
+                      shuffle=True, seed=seed)
+        rng = np.random.default_rng(seed)
+        for i in range(len(X)):
+            sp = int(rng.integers(k))
+            net.feed(sp, lambda sp=sp, i=i: net.spokes[sp].on_train(X[i].tolist(), y[i].item()))
+            if i % 3 == 0:
+                net.run(max_steps=int(rng.integers(13)))
+        net.run()
+        q = net.query()
+        assert q["fitted"] == len(X), (seed, [(s.fitted, len(s.ctx.backlog)) for s in net.spokes])
+        rounds = {h.rounds for h in net.hubs}
+        assert len(rounds) == 1 and rounds.pop() > 2, (seed, [h.rounds for h in net.hubs])
+
+
+def test_evenflow_spoke_keeps_a_begin_sync_that_overtakes_the_last_answer():
+    """EVENFLOW's ``begin_sync`` of round r + 1 (hub 0) can reach a spoke before the last
+    hub's answer of round r: the spoke keeps it and pushes as soon as round r + 1 starts.
+    Dropped as stale, as it used to be, every hub's round r + 1 waited for that spoke's
+    push for good (2 of 15 seeds of shuffled delivery, 3 spokes and 3 hubs)."""
+    k, m = 3, 3
+    X, y = regression(120, seed=23)
+    net = network(create("EVENFLOW", hubs=m, batch=4, threshold=1e9,
+                         monitoredFunction="l2"), k, m)
+    stream(net, X, y)  # no violation at this threshold: still in round 0
+    early = net.spokes[1]
+    early.begin_sync(1)  # round 1's, before round 0 has ended here
+    assert not early.in_sync and early.ev_round == 0
+    net.hubs[0].violation(0, 0)  # hub 0 ends round 0: every spoke pushes
+    net.run()
+    assert [s.ev_round for s in net.spokes] == [1, 1, 1]
+    assert early.in_sync  # round 1 started and the kept begin_sync pushed at once
+    for s in (net.spokes[0], net.spokes[2]):  # the same begin_sync reaches the others
+        s.begin_sync(1)
+    net.run()
+    assert [h.rounds for h in net.hubs] == [2, 2, 2]
+    assert [s.ev_round for s in net.spokes] == [2, 2, 2] and not any(
+        net.paused(i) for i in range(k))
+
 # -- SSP -----------------------------------------------------------------------------------
 def test_ssp_with_staleness_0_is_bsp():
     X, y = regression(3 * 8 * 20, seed=5)

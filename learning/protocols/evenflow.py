@@ -442,6 +442,8 @@ class EvenFlowSpoke(ShardedSpoke):
     """
 
     peer = EvenFlowHub
+    #: a ``begin_sync`` of a later round than this spoke's, kept until it gets there
+    _pending_sync: int | None = None
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -509,7 +511,13 @@ class EvenFlowSpoke(ShardedSpoke):
     @remote(oneway=True)
     def begin_sync(self, round_: int) -> None:
         """Hub 0 ends round ``round_``: push and wait for the average (the spoke whose
-        violation ended it pushed already)."""
+        violation ended it pushed already). One for a later round than this spoke's is kept
+        until it gets there: with several hubs the last hub's answer to the previous round
+        can come after hub 0's ``begin_sync``, and dropping it left every hub's round
+        waiting for this spoke's push for good."""
+        if round_ > self.ev_round:
+            self._pending_sync = round_
+            return
         if round_ != self.ev_round or self.in_sync:
             return
         self.in_sync = True
@@ -522,6 +530,9 @@ class EvenFlowSpoke(ShardedSpoke):
         self._update_sq = []
         self.ev_round += 1
         self.requested = self.in_sync = False
+        pending, self._pending_sync = self._pending_sync, None
+        if pending is not None and pending >= self.ev_round:
+            self.begin_sync(pending)
 
     def on_sync_failed(self, method: str, errors: list) -> None:
         self.requested = self.in_sync = False

@@ -533,6 +533,8 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
     #: a spoke restored from a snapshot taken before ``waitOnIncrement`` keeps its one-way
     #: increments
     wait_on_increment = False
+    #: a poll for a later round or estimate than this spoke's, kept until it gets there
+    _pending_poll: tuple[int, int] | None = None
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -597,6 +599,11 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         self.polled = False
         self._in_sync = False
         self._z: float | None = None
+        pending, self._pending_poll = self._pending_poll, None
+        if pending is not None and pending == (self.fda_round, self.fgm):
+            self.poll(*pending)  # it came before this round's model or estimate did
+        elif pending is not None and pending > (self.fda_round, self.fgm):
+            self._pending_poll = pending
 
     # -- monitoring ------------------------------------------------------------------------
     def after_batch(self, n_records: int) -> None:
@@ -648,7 +655,14 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
     @remote(oneway=True)
     def poll(self, round_: int, fgm: int) -> None:
         """The coordinator asks for this spoke's local state; the stream pauses until it
-        decided."""
+        decided. A poll for a later round or estimate than this spoke's is kept and
+        answered once it gets there: with several hubs the last hub's answer to the
+        previous round (or hub 0's decision) can come after hub 0's poll, and a poll
+        dropped then left the coordinator waiting for this spoke's state for good, the
+        other spokes paused."""
+        if (round_, fgm) > (self.fda_round, self.fgm):
+            self._pending_poll = (round_, fgm)
+            return
         if (round_, fgm) != (self.fda_round, self.fgm) or self.polled:
             return
         self.polled = True
