@@ -214,6 +214,12 @@ def _pa_runs(naive: float, linear: float, sketch: float, basic: float,
 #: 0.005 to 0.04 (digits-PA: 0.02-0.034). TAP averages there
 #: too: in process with messages every 500 records, Waveform 0.8584 averaged against
 #: 0.8316 summed, Hyperplane 0.9262 against 0.9245 (RandomRBF: 0.7700 against 0.7765).
+#: Hyperplane's four averaged variants are set one grid step past that pick, at 0.04: the
+#: target is 0.01 of centralized at 10x fewer bytes than BSP, the tuning's bar of 0.005 a
+#: margin, and at 0.04 they end within 0.0069 in process (1/10.5-1/13.9 of BSP's bytes)
+#: and, on Flink, 0.0050-0.0063 behind at 1/11.2-1/13.5 (3 runs), where independent
+#: learners are 0.0109 behind; FDA sketch averaged at 0.04 ends one round (0.0109 behind)
+#: and stays summing at 0.005.
 SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
     "shuttle": _pa_runs(0.04, 0.04, 0.04, 0.04, 0.04),
     "digits": [
@@ -245,7 +251,7 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
         "Asynchronous", "naive", "linear", "sketch", "basic", "fast")),
     "rbf": _pa_runs(0.02, 0.01, 0.01, 0.02, 0.005),
     "led": _pa_runs(0.04, 0.04, 0.01, 0.04, 0.02),
-    "hyperplane": _pa_runs(0.02, 0.02, 0.005, 0.02, 0.02, averaged=(
+    "hyperplane": _pa_runs(0.04, 0.04, 0.005, 0.04, 0.04, averaged=(
         "Asynchronous", "naive", "linear", "basic", "fast")),
 }
 
