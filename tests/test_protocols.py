@@ -368,6 +368,50 @@ def test_evenflow_spoke_keeps_a_begin_sync_that_overtakes_the_last_answer():
     assert [s.ev_round for s in net.spokes] == [2, 2, 2] and not any(
         net.paused(i) for i in range(k))
 
+
+@pytest.mark.parametrize("protocol,extra", [
+    ("Synchronous", {}), ("SSP", {"staleness": 1}), ("Asynchronous", {}),
+    ("EASGD", {"alpha": 0.25}), ("Adaptive", {"alpha": 0.25}),
+    ("FDA", {"threshold": 0.003}), ("EVENFLOW", {"threshold": 0.003}),
+    ("FDA", {"threshold": 0.003, "variant": "sketch"})])
+def test_every_protocol_on_several_hubs_drains_a_stream_that_pauses_and_resumes(protocol, extra):
+    """Liveness under any message order: 3 spokes, 2 hubs, messages delivered in random
+    order and only partly between records, Queries arriving while messages are in flight;
+    a stream, a lull (Queries only: spokes go idle), the stream again. After each part a
+    few Queries fit and answer every record. The two stalls this found (BSP's return from
+    idle, FDA's and EVENFLOW's overtaken poll) have tests of their own above."""
+    k, m, b = 3, 2, 4
+    X, y = regression(k * b * 50, seed=24)
+    half = len(X) // 2
+    for seed in range(4):
+        net = network(create(protocol, hubs=m, batch=b, **extra), k, m, shuffle=True, seed=seed)
+        rng = np.random.default_rng(seed)
+
+        def ask() -> None:  # a Query reaches every spoke; its answer comes when it comes
+            for node in net.spokes:
+                node.on_query(f"q{rng.integers(1 << 30)}")
+
+        def feed(lo: int, hi: int) -> None:
+            for i in range(lo, hi):
+                sp = int(rng.integers(k))
+                net.feed(sp, lambda sp=sp, i=i: net.spokes[sp].on_train(X[i].tolist(),
+                                                                          y[i].item()))
+                if i % 3 == 0:
+                    net.run(max_steps=int(rng.integers(13)))
+                if rng.random() < 0.03:
+                    ask()
+            net.run()
+
+        for lo, hi in ((0, half), (half, len(X))):
+            feed(lo, hi)
+            for _ in range(4):
+                if net.query()["fitted"] == hi:
+                    break
+            assert net.query()["fitted"] == hi, (protocol, seed, lo, [
+                (s.fitted, len(s.ctx.backlog)) for s in net.spokes])
+            for _ in range(2):  # the lull: every spoke that can go idle does
+                net.query()
+
 # -- SSP -----------------------------------------------------------------------------------
 def test_ssp_with_staleness_0_is_bsp():
     X, y = regression(3 * 8 * 20, seed=5)
