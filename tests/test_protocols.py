@@ -373,12 +373,13 @@ def test_evenflow_spoke_keeps_a_begin_sync_that_overtakes_the_last_answer():
     ("Synchronous", {}), ("SSP", {"staleness": 1}), ("Asynchronous", {}),
     ("EASGD", {"alpha": 0.25}), ("Adaptive", {"alpha": 0.25}),
     ("FDA", {"threshold": 0.003}), ("EVENFLOW", {"threshold": 0.003}),
-    ("FDA", {"threshold": 0.003, "variant": "sketch"})])
+    ("FDA", {"threshold": 0.003, "variant": "sketch"}), ("TensAIR", {"maxStaleness": 4})])
 def test_every_protocol_on_several_hubs_drains_a_stream_that_pauses_and_resumes(protocol, extra):
-    """Liveness under any message order: 3 spokes, 2 hubs, messages delivered in random
-    order and only partly between records, Queries arriving while messages are in flight;
-    a stream, a lull (Queries only: spokes go idle), the stream again. After each part a
-    few Queries fit and answer every record. The two stalls this found (BSP's return from
+    """Liveness under any message order: 3 spokes, 2 hubs (TensAIR: 3 replicas),
+    messages delivered in random order and only partly between records, Queries arriving
+    while messages are in flight; a stream, a lull (Queries only: spokes go idle), the
+    stream again. After each part a few Queries fit and answer every record. The two
+    stalls this found (BSP's return from
     idle, FDA's and EVENFLOW's overtaken poll) have tests of their own above."""
     k, m, b = 3, 2, 4
     X, y = regression(k * b * 50, seed=24)
