@@ -379,8 +379,8 @@ def test_every_protocol_on_several_hubs_drains_a_stream_that_pauses_and_resumes(
     messages delivered in random order and only partly between records, Queries arriving
     while messages are in flight; a stream, a lull (Queries only: spokes go idle), the
     stream again. After each part a few Queries fit and answer every record. The two
-    stalls this found (BSP's return from
-    idle, FDA's and EVENFLOW's overtaken poll) have tests of their own above."""
+    stalls this found (BSP's return from idle, FDA's and EVENFLOW's overtaken poll) have
+    tests of their own above."""
     k, m, b = 3, 2, 4
     X, y = regression(k * b * 50, seed=24)
     half = len(X) // 2
