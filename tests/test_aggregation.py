@@ -18,7 +18,8 @@ from learning.protocols import make_spoke
 from learning.protocols.sharding import DEFAULT_AGGREGATION, aggregation_of
 from learning.requests import parse_request
 from tests.test_protocols import (_least_squares_registered, centralized_sgd, create,  # noqa: F401
-                                  global_model, network, regression, sgd_step, stream)
+                                  global_model, network, regression, round_robin_pushes,
+                                  stream)
 
 
 # -- the sum rule ---------------------------------------------------------------------------
@@ -79,30 +80,24 @@ def test_sum_of_one_record_per_spoke_is_sequential_training_where_steps_do_not_i
 
 def tap_sum_reference(X, y, k: int, b: int, M: int, lr: float = 0.05,
                       p: float = 0.0) -> tuple[list, np.ndarray]:
-    """Asynchronous pushes under the sum rule, computed directly: records round-robin,
-    SGD per mini-batch, a push every M mini-batches answered at once; the global model
-    moves by the spoke's delta from the global it was last answered with, times τ^−p (τ:
-    the pushes applied since that answer; a spoke's first push: 1)."""
-    local = [np.zeros(6) for _ in range(k)]
+    """Asynchronous pushes under the sum rule, computed directly (records round-robin,
+    each push answered at once): the global model moves by the spoke's delta from the
+    global it was last answered with, times τ^−p (τ: the pushes applied since that answer;
+    a spoke's first push: 1)."""
+    state = {"g": np.zeros(6), "updates": 0}
     base = [np.zeros(6) for _ in range(k)]
-    g = np.zeros(6)
-    buf: list[list] = [[] for _ in range(k)]
-    batches = [0] * k
-    updates, answered = 0, [None] * k
-    for i in range(len(X)):
-        s = i % k
-        buf[s].append(i)
-        if len(buf[s]) < b:
-            continue
-        local[s] = sgd_step(local[s], X[buf[s]], y[buf[s]], lr)
-        buf[s], batches[s] = [], batches[s] + 1
-        if batches[s] % M == 0:
-            factor = 1.0 if answered[s] is None else max(1, updates - answered[s]) ** -p
-            g = g + factor * (local[s] - base[s])
-            updates += 1
-            answered[s] = updates
-            local[s], base[s] = g.copy(), g.copy()
-    return local, g
+    answered: list[int | None] = [None] * k
+
+    def push(s: int, w: np.ndarray) -> np.ndarray:
+        factor = 1.0 if answered[s] is None else max(1, state["updates"] - answered[s]) ** -p
+        state["g"] = state["g"] + factor * (w - base[s])
+        state["updates"] += 1
+        answered[s] = state["updates"]
+        base[s] = state["g"].copy()
+        return state["g"].copy()
+
+    local = round_robin_pushes(X, y, k, b, M, lr, push)
+    return local, state["g"]
 
 
 @pytest.mark.parametrize("protocol,m,p", [("Asynchronous", 1, 0.0), ("Asynchronous", 3, 0.0),

@@ -435,14 +435,13 @@ def sgd_step(w: np.ndarray, X, y, lr: float) -> np.ndarray:
     return w - lr * (B.T @ (B @ w - y)) / len(X)
 
 
-def tap_reference(X, y, k: int, b: int, M: int, lr: float = 0.05) -> list[np.ndarray]:
-    """Every spoke's model after papers/003 §II.C asynchronous training, computed directly:
-    records round-robin, SGD per mini-batch of ``b``, a push every ``M`` mini-batches
-    answered at once with the γ-weighted average of every spoke's latest model."""
-    local = [np.zeros(6) for _ in range(k)]
+def round_robin_pushes(X, y, k: int, b: int, M: int, lr: float, on_push) -> list[np.ndarray]:
+    """Asynchronous training computed directly: records round-robin, SGD per mini-batch
+    of ``b``, a push every ``M`` mini-batches answered at once: spoke ``s`` continues from
+    ``on_push(s, its model)``. Returns every spoke's last model."""
+    local = [np.zeros(X.shape[1] + 1) for _ in range(k)]
     buf: list[list] = [[] for _ in range(k)]
     batches = [0] * k
-    latest: dict[int, tuple[np.ndarray, int]] = {}
     for i in range(len(X)):
         s = i % k
         buf[s].append(i)
@@ -451,9 +450,20 @@ def tap_reference(X, y, k: int, b: int, M: int, lr: float = 0.05) -> list[np.nda
         local[s] = sgd_step(local[s], X[buf[s]], y[buf[s]], lr)
         buf[s], batches[s] = [], batches[s] + 1
         if batches[s] % M == 0:
-            latest[s] = (local[s].copy(), b * M)
-            local[s] = weighted_average([v for v, _ in latest.values()], [g for _, g in latest.values()])
+            local[s] = on_push(s, local[s])
     return local
+
+
+def tap_reference(X, y, k: int, b: int, M: int, lr: float = 0.05) -> list[np.ndarray]:
+    """Every spoke's model after papers/003 §II.C asynchronous training: each push
+    answered with the γ-weighted average of every spoke's latest model."""
+    latest: dict[int, tuple[np.ndarray, int]] = {}
+
+    def push(s: int, w: np.ndarray) -> np.ndarray:
+        latest[s] = (w.copy(), b * M)
+        return weighted_average([v for v, _ in latest.values()], [g for _, g in latest.values()])
+
+    return round_robin_pushes(X, y, k, b, M, lr, push)
 
 
 def test_ssp_with_a_large_staleness_is_tap_of_papers_003():
@@ -593,21 +603,15 @@ def test_ssp_idle_spoke_rejoins_the_bound_at_the_slowest_active_clock():
 # -- EASGD and the adaptive period -----------------------------------------------------------
 def elastic_reference(X, y, k: int, b: int, M: int, rate: float, lr: float = 0.05):
     """Asynchronous EASGD with every exchange answered before the next record."""
-    local = [np.zeros(X.shape[1] + 1) for _ in range(k)]
-    centre = np.zeros(X.shape[1] + 1)
-    buf: list[list] = [[] for _ in range(k)]
-    batches = [0] * k
-    for i in range(len(X)):
-        s = i % k
-        buf[s].append(i)
-        if len(buf[s]) < b:
-            continue
-        local[s] = sgd_step(local[s], X[buf[s]], y[buf[s]], lr)
-        buf[s], batches[s] = [], batches[s] + 1
-        if batches[s] % M == 0:
-            step = rate * (local[s] - centre)
-            centre, local[s] = centre + step, local[s] - step
-    return local, centre
+    state = {"centre": np.zeros(X.shape[1] + 1)}
+
+    def exchange(s: int, w: np.ndarray) -> np.ndarray:
+        step = rate * (w - state["centre"])
+        state["centre"] = state["centre"] + step
+        return w - step
+
+    local = round_robin_pushes(X, y, k, b, M, lr, exchange)
+    return local, state["centre"]
 
 
 @pytest.mark.parametrize("m", [1, 3])
