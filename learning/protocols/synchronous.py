@@ -203,36 +203,22 @@ class SynchronousSpoke(ShardedSpoke):
             self.sync_models(self._installed)
 
     def _rejoin(self) -> None:
-        """Back from idle: :meth:`SynchronousHub.rejoin` on every hub (paused), then push
-        into round 1 + the most rounds a hub has closed (module docstring)."""
+        """Back from idle: :meth:`SynchronousHub.rejoin` on every hub (paused, counted in
+        ``wait_ms``), then push into round 1 + the most rounds a hub has closed (module
+        docstring). A failed call is logged and counted, and the round is given up
+        (:meth:`on_sync_failed`)."""
         m = self.ctx.n_hubs
-        closed: list[int | None] = [None] * m
-        state = {"left": m, "failed": []}
-
-        def settle() -> None:
-            state["left"] -= 1
-            if state["left"]:
-                return
-            if state["failed"]:
-                self.sync_failures += 1
-                self.on_sync_failed("rejoin", state["failed"])
-            else:
-                self.sync_models(self._installed, at_round=max(closed) + 1)
+        closed: dict[int, int] = {}
 
         def ok(j: int):
             def cb(value: Any) -> None:
                 closed[j] = int(value)
-                settle()
+                if len(closed) == m:
+                    self.sync_models(self._installed, at_round=max(closed.values()) + 1)
             return cb
 
-        def failed(error) -> None:
-            state["failed"].append(error)
-            settle()
-
         for j in range(m):
-            call = self.peers[j].rejoin(self.ctx.index)
-            call.on_error(failed)
-            call.then_sync(ok(j))
+            self.wait_on(self.peers[j].rejoin(self.ctx.index), ok(j))
 
     def _installed(self, w: np.ndarray) -> None:
         self.in_round = False
