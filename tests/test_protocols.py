@@ -125,6 +125,24 @@ def stream(net: LocalNetwork, X, y, *, every: int = 1, spoke_of=None, after=None
     net.run()
 
 
+def feed_interleaved(net: LocalNetwork, X, y, lo: int, hi: int, rng, queries: float = 0.0) -> None:
+    """Records ``lo..hi`` to spokes drawn at random, with only some of the messages in
+    flight delivered between records (up to 12 every third record) and, with probability
+    ``queries`` per record, a Query reaching every spoke while messages are in flight (its
+    answer comes when it comes); then every message. With ``shuffle`` on the network,
+    answers of different hubs cross."""
+    k = len(net.spokes)
+    for i in range(lo, hi):
+        sp = int(rng.integers(k))
+        net.feed(sp, lambda sp=sp, i=i: net.spokes[sp].on_train(X[i].tolist(), y[i].item()))
+        if i % 3 == 0:
+            net.run(max_steps=int(rng.integers(13)))
+        if queries and rng.random() < queries:
+            for node in net.spokes:
+                node.on_query(f"q{rng.integers(1 << 30)}")
+    net.run()
+
+
 def global_model(net: LocalNetwork) -> np.ndarray:
     """The global vector, reassembled from every hub's shard."""
     return np.concatenate([h.shard() for h in net.hubs])
@@ -331,13 +349,7 @@ def test_fda_on_several_hubs_survives_a_poll_that_overtakes_the_last_answer(vari
     for seed in range(10):
         net = network(create("FDA", hubs=m, batch=b, threshold=0.003, variant=variant), k, m,
                       shuffle=True, seed=seed)
-        rng = np.random.default_rng(seed)
-        for i in range(len(X)):
-            sp = int(rng.integers(k))
-            net.feed(sp, lambda sp=sp, i=i: net.spokes[sp].on_train(X[i].tolist(), y[i].item()))
-            if i % 3 == 0:
-                net.run(max_steps=int(rng.integers(13)))
-        net.run()
+        feed_interleaved(net, X, y, 0, len(X), np.random.default_rng(seed))
         q = net.query()
         assert q["fitted"] == len(X), (seed, [(s.fitted, len(s.ctx.backlog)) for s in net.spokes])
         rounds = {h.rounds for h in net.hubs}
@@ -387,24 +399,8 @@ def test_every_protocol_on_several_hubs_drains_a_stream_that_pauses_and_resumes(
     for seed in range(4):
         net = network(create(protocol, hubs=m, batch=b, **extra), k, m, shuffle=True, seed=seed)
         rng = np.random.default_rng(seed)
-
-        def ask() -> None:  # a Query reaches every spoke; its answer comes when it comes
-            for node in net.spokes:
-                node.on_query(f"q{rng.integers(1 << 30)}")
-
-        def feed(lo: int, hi: int) -> None:
-            for i in range(lo, hi):
-                sp = int(rng.integers(k))
-                net.feed(sp, lambda sp=sp, i=i: net.spokes[sp].on_train(X[i].tolist(),
-                                                                          y[i].item()))
-                if i % 3 == 0:
-                    net.run(max_steps=int(rng.integers(13)))
-                if rng.random() < 0.03:
-                    ask()
-            net.run()
-
         for lo, hi in ((0, half), (half, len(X))):
-            feed(lo, hi)
+            feed_interleaved(net, X, y, lo, hi, rng, queries=0.03)
             for _ in range(4):
                 if net.query()["fitted"] == hi:
                     break

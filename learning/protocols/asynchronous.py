@@ -29,13 +29,14 @@ matches it with the message that carried it through Kafka).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections import deque
 
 import numpy as np
 
-from learning.protocols.parameters import Param, ProtocolParams
+from learning.protocols.parameters import ProtocolParams
 from learning.protocols.ssp import STALENESS_DAMPING, StaleSynchronousHub, StaleSynchronousSpoke
 
 __all__ = ["AsynchronousSpoke", "AsynchronousHub", "global_digest", "PARAMETERS"]
@@ -50,8 +51,7 @@ __all__ = ["AsynchronousSpoke", "AsynchronousHub", "global_digest", "PARAMETERS"
 #: 0.7992, LED 0.7616 against 0.7631); with messages every 400 records p = 1 was worse than
 #: 0.5 (RandomRBF 0.7832 against 0.7896). SSP keeps 0: its bound keeps pushes fresh, and
 #: damping lost there (RandomRBF, every 400 records: 0.7945 at 0.5 against 0.7987).
-STALENESS_DAMPING_TAP = Param(STALENESS_DAMPING.name, float, 0.5, STALENESS_DAMPING.description,
-                              interval=STALENESS_DAMPING.interval)
+STALENESS_DAMPING_TAP = dataclasses.replace(STALENESS_DAMPING, default=0.5)
 #: TAP's declaration (:mod:`learning.protocols.parameters`)
 PARAMETERS = ProtocolParams(term="TAP", reference="papers/002 §2.2.2, papers/003 §II.C (stale "
                             "contribution replaced)", params=(STALENESS_DAMPING_TAP,))
