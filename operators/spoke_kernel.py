@@ -362,6 +362,7 @@ class SpokeKernel:
         self.data_records += 1
         self.data_batches += 1
         self._line(line[0] == _TRAIN, line[1:])
+        self._settle()
 
     def on_batch(self, data: bytes) -> None:
         """A batch of data records from ``omldm.RecordBatcher`` (``flink_jobs/java``;
@@ -375,6 +376,17 @@ class SpokeKernel:
         line = self._line
         for train, raw in records:
             line(train, raw)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Every pipeline predicts the forecasting records it took during this crossing
+        (:meth:`learning.protocols.base.PipelineSpoke.settle_forecasts`): one call per run
+        of forecasts between two model changes, instead of one per record, and nothing is
+        left pending between crossings (a Query, a message or a snapshot sees every
+        prediction made)."""
+        for node in self.nodes.values():
+            if node._forecasts:
+                node.settle_forecasts()
 
     def _line(self, train: bool, raw: str | memoryview | bytes) -> None:
         """One Kafka record (a JSON object or array of them) to every pipeline.
@@ -517,6 +529,7 @@ class SpokeKernel:
         else:
             self._request(data)
         self._run_backlogs()
+        self._settle()
 
     def _frame(self, data: bytes) -> None:
         (network, _, hub), bodies = self.feedback.accept(data)

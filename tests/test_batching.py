@@ -73,3 +73,75 @@ def test_predictions_cross_back_joined_and_java_splits_them_in_order():
         got = list(results)
     assert [orjson.loads(g)["id"] for g in got] == [1, 2, 3, 4]
     assert orjson.loads(got[-1])["s"] == "a\nb"  # an escaped newline inside JSON stays
+
+
+def _kernel_outputs(learner: dict, batch: int | None, scores: bool = False) -> tuple[list, int]:
+    """Shuttle's first 1,500 records (every third one forecast) through one spoke kernel,
+    ``batch`` records per crossing (None: one record per ``on_data`` call)."""
+    from learning.datasets import shuttle
+
+    X, y = shuttle()
+    k = SpokeKernel(0, 1, 1, hub_keys=[0], limits={"prediction_scores": scores},
+                    execution_mode="process")  # the Hoeffding tree needs it
+    k.on_message(orjson.dumps({
+        "id": 0, "request": "Create", "learner": learner,
+        "preProcessors": [{"name": "StandardScaler"}],
+        "trainingConfiguration": {"protocol": "Independent", "miniBatchSize": 4}}))
+    recs = [(i % 3 != 2, orjson.dumps({"id": i, "features": X[i].tolist(), "label": int(y[i])}
+                                      if i % 3 != 2 else {"id": i, "features": X[i].tolist()}))
+            for i in range(1500)]
+    k.out.clear()
+    if batch is None:
+        for train, raw in recs:
+            k.on_data(("T" if train else "P") + raw.decode())
+    else:
+        for lo in range(0, len(recs), batch):
+            k.on_batch(record_batch(recs[lo:lo + batch]))
+    return [orjson.loads(v) for s, v in k.out if s is None], k.nodes[0].predicted
+
+
+@pytest.mark.parametrize("learner, scores", [
+    ({"name": "PA", "hyperParameters": {"C": 0.01}, "parameters": {"n_features": 9}}, False),
+    ({"name": "HoeffdingTree", "parameters": {"n_features": 9}}, True)])
+def test_forecasts_of_a_batch_are_predicted_together_as_each_would_be_alone(learner, scores):
+    """A pipeline predicts a batch's forecasting records in one call per run between two
+    model changes (``PipelineSpoke.settle_forecasts``): the predictions (and scores) are
+    exactly those of one record per crossing, in the same order, every forecast counted,
+    with mini-batches of 4 fitted in the middle of each batch."""
+    alone, n_alone = _kernel_outputs(learner, None, scores)
+    assert n_alone == len(alone) == 500
+    for size in (7, 500):
+        together, n = _kernel_outputs(learner, size, scores)
+        assert n == 500 and together == alone
+    assert len({str(p["prediction"]) for p in alone}) >= 3  # the model moved on
+    if scores:
+        assert sum("probabilities" in p for p in alone) >= 490
+
+
+def test_a_forecast_the_learner_cannot_predict_is_refused_alone():
+    """If the group's prediction fails, each forecast is tried on its own: the one the
+    learner cannot predict is dead-lettered (``predict_failed``), the others answered in
+    order."""
+    k = SpokeKernel(0, 1, 1, hub_keys=[0])
+    k.on_message(orjson.dumps({"id": 0, "request": "Create",
+                               "learner": {"name": "PA", "parameters": {"n_features": 2}},
+                               "trainingConfiguration": {"miniBatchSize": 1}}))
+    node = k.nodes[0]
+    predict = node.pipeline.predict
+
+    def picky(X):  # a learner that cannot predict a record whose first feature is 13
+        if (X[:, 0] == 13.0).any():
+            raise ValueError("13 is unlucky")
+        return predict(X)
+
+    node.pipeline.predict = picky
+    k.out.clear()
+    recs = [(True, orjson.dumps({"id": 0, "features": [1.0, 0.0], "label": "a"})),
+            (True, orjson.dumps({"id": 1, "features": [0.0, 1.0], "label": "b"}))]
+    recs += [(False, orjson.dumps({"id": i, "features": [float(i), 1.0]})) for i in (11, 12, 13, 14)]
+    k.on_batch(record_batch(recs))
+    assert [orjson.loads(v)["id"] for s, v in k.out if s is None] == [11, 12, 14]
+    dead = [orjson.loads(v) for s, v in k.out if s == "deadLetters"]
+    assert [(d["record"]["id"], d["code"]) for d in dead] == [(13, "predict_failed")]
+    assert "13 is unlucky" in dead[0]["reason"]
+    assert (node.predicted, node.rejected_by["predict_failed"]) == (3, 1)

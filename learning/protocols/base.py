@@ -42,6 +42,11 @@ LAYOUT_KEYS = ("n_features", "classes")
 #: full rate), and the bound is :data:`HELD_AT_MOST_PER_QUORUM` times ``layoutQuorum``.
 HELD_PER_QUORUM = 64
 HELD_AT_MOST_PER_QUORUM = 4096
+#: Forecasting records a spoke predicts in one call at most (:meth:`PipelineSpoke.
+#: settle_forecasts`); the model does not change between them, so one matrix product
+#: answers them all. Measured on Shuttle's demo pipeline (1 record in 5 forecast, the
+#: kernel alone, ``benchmarks/kernel_cost.py``): see docs/performance.md.
+FORECASTS_PER_CALL = 256
 
 
 def dead_letter(rec: Any, exc: RecordRejected, pipeline: Any, spoke: int,
@@ -162,6 +167,7 @@ class PipelineSpoke(Node):
     _work: deque | None = None
     _fitted_at_query = -1  # records fitted when the previous Query came (class default:
     # snapshots taken before it existed)
+    _forecasts: list | None = None  # forecasting records taken, not yet predicted
 
     def __init__(self, request) -> None:
         super().__init__()
@@ -277,9 +283,50 @@ class PipelineSpoke(Node):
             if len(self._X) >= self._fill_at:
                 self.flush()
             return
+        forecasts = self._forecasts
+        if forecasts is None:
+            forecasts = self._forecasts = []
+        forecasts.append(rec)
+        if len(forecasts) >= FORECASTS_PER_CALL:
+            self.settle_forecasts()
+
+    def settle_forecasts(self) -> None:
+        """Predict the forecasting records taken since the model last changed, in one call,
+        and emit their predictions in order (``{"id", "pipeline", "spoke", "prediction",
+        "modelVersion"}``, plus ``classes`` and ``probabilities`` with
+        ``JobConfig.prediction_scores``). A pipeline defers its forecasts until its model is
+        about to change (:meth:`_train`, first thing) or its host is done with a crossing
+        (:class:`operators.spoke_kernel.SpokeKernel` calls this at the end of every
+        batch, record and message): each prediction is the one the model of its record's
+        arrival gives. If the whole group cannot be predicted (a learner error), each record
+        is tried on its own, so a refused record is dead-lettered alone, as before."""
+        recs = self._forecasts
+        if not recs:
+            return
+        self._forecasts = []
+        with_scores = getattr(self.ctx, "prediction_scores", False)
+        try:
+            X = np.asarray([rec["features"] for rec in recs], dtype=np.float64)
+            predictions = self.pipeline.predict(X)
+            scores = self._scores_of(X) if with_scores else None
+        except (ValueError, TypeError, ArithmeticError, RuntimeError, NotImplementedError,
+                RecordRejected):
+            for rec in recs:
+                self._forecast_one(rec, with_scores)
+            return
+        self.predicted += len(recs)
+        network, index, version, emit = (self.ctx.network, self.ctx.index, self.model_version,
+                                         self.ctx.emit)
+        for i, rec in enumerate(recs):
+            out = {"id": rec.get("id"), "pipeline": network, "spoke": index,
+                   "prediction": predictions[i], "modelVersion": version}
+            if scores:
+                out.update(scores[i])
+            emit(None, out)
+
+    def _forecast_one(self, rec: dict, with_scores: bool) -> None:
         try:  # scores first: a record they refuse is not counted as predicted
-            scores = (self._scores(rec["features"])
-                      if getattr(self.ctx, "prediction_scores", False) else {})
+            scores = self._scores(rec["features"]) if with_scores else {}
             prediction = self._predict(rec["features"])
             out = {"id": rec.get("id"), "pipeline": self.ctx.network, "spoke": self.ctx.index,
                    "prediction": prediction, "modelVersion": self.model_version, **scores}
@@ -433,15 +480,21 @@ class PipelineSpoke(Node):
     def _scores(self, features: list) -> dict:
         """``{"classes", "probabilities"}`` of one record, where the learner has class
         probabilities (``has_proba``); ``{}`` otherwise (``JobConfig.prediction_scores``)."""
-        learner = self.pipeline.learner
-        if not getattr(learner, "has_proba", False) or not getattr(learner, "classes", None):
-            return {}
         try:
-            proba = self.pipeline.predict_proba(np.asarray([features], dtype=np.float64))[0]
+            return self._scores_of(np.asarray([features], dtype=np.float64))[0]
         except (ValueError, TypeError, ArithmeticError, RuntimeError, NotImplementedError) as exc:
             raise RecordRejected(f"the learner cannot score it: {exc}", "predict_failed") from exc
-        return {"classes": list(learner.classes),
-                "probabilities": [float(p) if math.isfinite(p) else None for p in proba]}
+
+    def _scores_of(self, X: np.ndarray) -> list[dict]:
+        """:meth:`_scores` of each row of ``X`` ((n_records, n_features) float64); raises
+        what the learner raises."""
+        learner = self.pipeline.learner
+        if not getattr(learner, "has_proba", False) or not getattr(learner, "classes", None):
+            return [{}] * len(X)
+        classes = list(learner.classes)
+        return [{"classes": classes,
+                 "probabilities": [float(p) if math.isfinite(p) else None for p in row]}
+                for row in self.pipeline.predict_proba(X).tolist()]
 
     def _predict(self, features: list) -> Any:
         try:
@@ -472,7 +525,10 @@ class PipelineSpoke(Node):
         self._train()
 
     def _train(self) -> None:
-        """Fit the pending mini-batches in order until none is left or the stream pauses."""
+        """Fit the pending mini-batches in order until none is left or the stream pauses;
+        the forecasts taken before are predicted first, with the model they came to."""
+        if self._forecasts:
+            self.settle_forecasts()
         work = self._work
         while work and not self.ctx.pauses:
             batch, first = work.popleft()
