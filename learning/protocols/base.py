@@ -42,10 +42,11 @@ LAYOUT_KEYS = ("n_features", "classes")
 #: full rate), and the bound is :data:`HELD_AT_MOST_PER_QUORUM` times ``layoutQuorum``.
 HELD_PER_QUORUM = 64
 HELD_AT_MOST_PER_QUORUM = 4096
-#: Forecasting records a spoke predicts in one call at most (:meth:`PipelineSpoke.
-#: settle_forecasts`); the model does not change between them, so one matrix product
-#: answers them all. Measured on Shuttle's demo pipeline (1 record in 5 forecast, the
-#: kernel alone, ``benchmarks/kernel_cost.py``): see docs/performance.md.
+#: Forecasting records a spoke keeps, at most, before it predicts them in one call
+#: (:meth:`PipelineSpoke.settle_forecasts`; the model does not change between them, so one
+#: matrix product answers them all): a bound on what a long run of forecasts holds, not a
+#: tuned value (a crossing brings ``max_batch_records``, 1,000, at most). The gain, on
+#: Shuttle's demo pipeline: docs/performance.md, "Forecasts predicted together".
 FORECASTS_PER_CALL = 256
 
 
