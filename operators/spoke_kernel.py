@@ -383,9 +383,10 @@ class SpokeKernel:
         (:meth:`learning.protocols.base.PipelineSpoke.settle_forecasts`): one call per run
         of forecasts between two model changes, instead of one per record, and nothing is
         left pending between crossings (a Query, a message or a snapshot sees every
-        prediction made)."""
+        prediction made). A node that is not a pipeline (a bare
+        :class:`middleware.Node`, as in tests) has none."""
         for node in self.nodes.values():
-            if node._forecasts:
+            if getattr(node, "_forecasts", None):
                 node.settle_forecasts()
 
     def _line(self, train: bool, raw: str | memoryview | bytes) -> None:
