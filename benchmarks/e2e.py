@@ -14,7 +14,7 @@ Rows:
 * ``peer``: one Python process, kafka-python ``KafkaConsumer`` (assign + seek to
   beginning) feeding river's ``StandardScaler | PAClassifier(C=0.01, mode=1)``, test then
   train. Its topics are loaded before its clock starts; the clock runs from the first
-  record polled after the warm-up to the last record handled.
+  record after the warm-up to the last record handled.
 * ``omldm``: one fresh job per (mode, records per message, batch delay, sharding, the
   ``psMessages`` source's fetch wait) with the demo's
   pipeline (``shuttle_create_request(0)``, 2 spokes). The clock starts just before the
@@ -32,8 +32,8 @@ Rows:
 Warm-up: both first take ``--warmup`` records (the stream's first ones, default one copy
 of Shuttle), off the clock; their prequential accuracy counts in the whole. A job's JVM
 compiles its hot code while the first records flow: in a fresh MiniCluster the JIT's
-compiler threads took 27-56% of a core for the first 10-20 s (per-thread CPU of the JVM),
-on a machine whose two cores the run fills, where a long-running job pays this once.
+compiler threads took 27-82% of a core for the first 10-25 s (per-thread CPU of the JVM),
+on a machine whose two cores the run fills; a long-running job pays this once.
 ``--warmup 0`` measures from the job's first record, as before.
 
 Columns: ``records/s`` records fitted or predicted per second of the clock; ``x peer``
@@ -63,7 +63,8 @@ import time
 
 import numpy as np
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Producer, TopicPartition as CTopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, TopicPartition
 from river import linear_model, preprocessing
 
