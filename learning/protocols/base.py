@@ -316,25 +316,24 @@ class PipelineSpoke(Node):
                 self._forecast_one(rec, with_scores)
             return
         self.predicted += len(recs)
-        network, index, version, emit = (self.ctx.network, self.ctx.index, self.model_version,
-                                         self.ctx.emit)
+        version, emit = self.model_version, self.ctx.emit
         for i, rec in enumerate(recs):
-            out = {"id": rec.get("id"), "pipeline": network, "spoke": index,
-                   "prediction": predictions[i], "modelVersion": version}
-            if scores:
-                out.update(scores[i])
-            emit(None, out)
+            emit(None, self._prediction(rec, predictions[i], version,
+                                        scores[i] if scores else {}))
 
     def _forecast_one(self, rec: dict, with_scores: bool) -> None:
         try:  # scores first: a record they refuse is not counted as predicted
             scores = self._scores(rec["features"]) if with_scores else {}
             prediction = self._predict(rec["features"])
-            out = {"id": rec.get("id"), "pipeline": self.ctx.network, "spoke": self.ctx.index,
-                   "prediction": prediction, "modelVersion": self.model_version, **scores}
         except RecordRejected as exc:
             self.refuse(rec, exc)
             return
-        self.ctx.emit(None, out)
+        self.ctx.emit(None, self._prediction(rec, prediction, self.model_version, scores))
+
+    def _prediction(self, rec: dict, prediction: Any, version: int, scores: dict) -> dict:
+        """What goes on the predictions topic for one forecasting record."""
+        return {"id": rec.get("id"), "pipeline": self.ctx.network, "spoke": self.ctx.index,
+                "prediction": prediction, "modelVersion": version, **scores}
 
     def refuse(self, rec: Any, exc: RecordRejected) -> None:
         """Count a refused record under its reason and dead-letter it (with this pipeline)."""
