@@ -2,7 +2,8 @@
 side by side in one run, printed as a table.
 
     .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--shardings random,stratified]
-                                       [--feedback-waits 1,20] [--warmup 49097] [--json PATH]
+                                       [--feedback-waits 1,20] [--records 1000000]
+                                       [--warmup 400000] [--json PATH]
 
 One local broker (tansu) serves the whole run; every row uses fresh topics. The stream is
 Shuttle repeated to ``--records`` records, each the JSON ``{"id", "features", "label"}``
@@ -29,12 +30,16 @@ Rows:
   job, a paced stream of forecasting records (one per message, ``linger.ms`` 0) measures
   the record → prediction latency.
 
-Warm-up: both first take ``--warmup`` records (the stream's first ones, default one copy
-of Shuttle), off the clock; their prequential accuracy counts in the whole. A job's JVM
-compiles its hot code while the first records flow: in a fresh MiniCluster the JIT's
-compiler threads took 27-82% of a core for the first 10-25 s (per-thread CPU of the JVM),
-on a machine whose two cores the run fills; a long-running job pays this once.
-``--warmup 0`` measures from the job's first record, as before.
+Warm-up: both first take ``--warmup`` records (the stream's first ones, default 400,000),
+off the clock; their prequential accuracy counts in the whole. Then ``--records`` records
+(default 1,000,000) are timed. A job's JVM compiles its hot code while records flow: in a
+fresh MiniCluster the JIT's compiler threads took 27-82% of a core for the first 10-25 s
+and still 18-26% while the 1,000,000 records after a 400,000-record warm-up flowed
+(column ``jit``), on a machine whose two cores the run fills; a job that runs for hours
+pays this once. Rows of 196,388 records after one copy of Shuttle (49,097, the default
+until 2026-11-25) were timed while the JIT took 30-45% of a core, and gave 1.67-1.80x the
+peer where the defaults now give 2.37-2.44x (docs/performance.md). ``--warmup 0``
+measures from the job's first record.
 
 Columns: ``records/s`` records fitted or predicted per second of the clock; ``x peer``
 that over the peer's records/s with the same records per message; ``prequential``
@@ -48,7 +53,7 @@ on this broker, acknowledgements of single-record requests fall behind while a j
 worst spoke (as ``omldm demo`` reports it); ``rec/x`` Kafka records per crossing into
 Python (the Query's ``dataRecords / dataBatches``); ``cpu`` each kind of process's CPU
 time over the clock, as a share of one core (the machine's cores bound their sum), see
-:func:`cpu_seconds`. ``--json`` rows hold all of these and the acknowledgement latency
+:func:`cpu_seconds`; ``(jit)`` is the part of ``jvm`` its JIT compilers took. ``--json`` rows hold all of these and the acknowledgement latency
 itself (``ack_ms_p50``/``ack_ms_p95``).
 """
 
@@ -276,8 +281,9 @@ def cpu_seconds() -> dict[str, float]:
     """CPU seconds (user + system) used so far by each kind of process on this machine:
     ``jvm`` (the MiniCluster: Kafka clients, Flink, and in thread mode the Python of the
     spokes and hubs), ``workers`` (process mode's Python workers), ``broker`` (tansu) and
-    ``driver`` (this process: producer, readers, Queries)."""
-    out = {"jvm": 0.0, "workers": 0.0, "broker": 0.0, "driver": 0.0}
+    ``driver`` (this process: producer, readers, Queries); ``jit``, a part of ``jvm``: its
+    JIT compiler threads (C1 and C2)."""
+    out = {"jvm": 0.0, "workers": 0.0, "broker": 0.0, "driver": 0.0, "jit": 0.0}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as f:
@@ -292,7 +298,29 @@ def cpu_seconds() -> dict[str, float]:
                 else "workers" if b"pyflink" in cmd or b"beam" in cmd else None)
         if kind:
             out[kind] += used
+        if kind == "jvm":
+            out["jit"] += _compiler_seconds(pid)
     return out
+
+
+def _compiler_seconds(pid: str) -> float:
+    """CPU seconds of a JVM's JIT compiler threads (``C1 CompilerThre``, ``C2
+    CompilerThre``, as ``/proc/<pid>/task/*/stat`` names them)."""
+    total = 0.0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+        if " CompilerThre" in name:
+            total += (int(fields[11]) + int(fields[12])) / _TICK
+    return total
 
 
 def fitted_by(sharding: str, spokes: int, msgs: list[tuple[str, bytes]], n_train: int) -> int:
@@ -398,14 +426,16 @@ def show(row: dict, peer_rate: float | None) -> None:
           f"{row['prequential_accuracy']:11.4f} {pair('latency_ms'):>17s} "
           f"{pair('after_ack_ms'):>15s} {pair('feedback_ms'):>17s} "
           + (f"{row['records_per_crossing']:6.0f}  " + " ".join(
-              f"{row[f'cpu_{k}']:4.0%}" for k in ("jvm", "workers", "broker", "driver"))
+              f"{row.get(f'cpu_{k}', 0):4.0%}" for k in ("jvm", "jit", "workers", "broker",
+                                                           "driver"))
              if row["row"] == "omldm" else "")
           + (f"  ({missing} predictions missing)" if missing else ""), flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--records", type=int, default=4 * 49_097, help="records streamed per row")
+    ap.add_argument("--records", type=int, default=1_000_000,
+                    help="records streamed per row on the clock, after the warm-up")
     ap.add_argument("--quick", action="store_true", help="one copy of Shuttle (49,097 records)")
     ap.add_argument("--delays", default="0,5", help="max_batch_delay_ms values, comma-separated")
     ap.add_argument("--modes", default="thread,process")
@@ -421,11 +451,14 @@ def main() -> None:
     ap.add_argument("--latency-rate", type=float, default=2000.0, help="records/s")
     ap.add_argument("--latency-seconds", type=float, default=3.0)
     ap.add_argument("--no-latency", action="store_true")
-    ap.add_argument("--warmup", type=int, default=49_097,
-                    help="records each row takes off the clock first (0: none)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="records each row takes off the clock first (0: none; default "
+                         "400,000, at most the records per row)")
     ap.add_argument("--json", metavar="PATH", help="write all rows as a JSON array")
     args = ap.parse_args()
     n = 49_097 if args.quick else args.records
+    if args.warmup is None:
+        args.warmup = min(400_000, n)
     if not 0 <= args.warmup <= n:
         ap.error(f"--warmup must be between 0 and the records per row ({n:,}), got {args.warmup}")
     X, y = shuttle()
@@ -435,7 +468,7 @@ def main() -> None:
     print(f"{n:,} records per row after {args.warmup:,} off the clock, {args.spokes} spokes")
     print(f"{'configuration':40s} {'records/s':>10s} {'x peer':>6s} {'prequential':>11s} "
           f"{'latency p50/p95':>17s} {'after ack':>15s} {'feedback p50/p95':>17s} "
-          f"{'rec/x':>6s}  cpu: jvm workers broker driver", flush=True)
+          f"{'rec/x':>6s}  cpu: jvm (jit) workers broker driver", flush=True)
     with LocalBroker() as broker:
         servers = broker.bootstrap_servers
         peers = {}
