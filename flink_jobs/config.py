@@ -83,8 +83,11 @@ class JobConfig:
         before every checkpoint barrier. 0: one record per crossing, no Java operator.
         Default 1, by measurement (``benchmarks/e2e.py``, Shuttle, 2 spokes, thread mode,
         docs/performance.md): 1, 2, 5, 10 and 20 ms gave 58,000–64,000 records/s (within
-        run-to-run noise; 24,000 at 0) and 1 ms the least added latency. Under load a
-        batch fills long before the delay ends (hundreds of records per crossing).
+        run-to-run noise; 24,000 at 0) and 1 ms the least added latency. Timed after a
+        400,000-record warm-up, 5 ms was 1.04–1.38x as fast as 1 ms in four runs, at a
+        feedback round trip 6–18 ms longer (p50 under full load): the round trip is the
+        asynchronous protocols' staleness, so the default stays 1. Under load a batch
+        fills long before the delay ends (hundreds of records per crossing).
     max_batch_records : int
         A batch leaves when it holds this many records. A spoke answers hub messages only
         between batches, so smaller batches shorten the feedback round trip under full
