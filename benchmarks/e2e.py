@@ -37,8 +37,8 @@ Warm-up: both first take ``--warmup`` records (the stream's first ones, default 
 off the clock; their prequential accuracy counts in the whole. Then ``--records`` records
 (default 1,000,000) are timed. A job's JVM compiles its hot code while records flow: in a
 fresh MiniCluster the JIT's compiler threads took 27-82% of a core for the first 10-25 s
-and still 18-26% while the 1,000,000 records after a 400,000-record warm-up flowed
-(column ``jit``), on a machine whose two cores the run fills; a job that runs for hours
+and still 6-21% (14-21% in the 1 ms rows; three runs) while the 1,000,000 records after
+a 400,000-record warm-up flowed (column ``jit``), on a machine whose two cores the run fills; a job that runs for hours
 pays this once. Rows of 196,388 records after one copy of Shuttle (49,097, the default
 until 2026-11-25) were timed while the JIT took 30-45% of a core (docs/performance.md,
 "How the clock runs"). ``--warmup 0`` measures from the job's first record.
