@@ -3,9 +3,12 @@ side by side in one run, printed as a table.
 
     .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--shardings random,stratified]
                                        [--feedback-waits 1,20] [--records 1000000]
-                                       [--warmup 400000] [--json PATH]
+                                       [--warmup 400000] [--broker-per-row] [--json PATH]
 
-One local broker (tansu) serves the whole run; every row uses fresh topics. The stream is
+One local broker (tansu) serves the whole run, every row on fresh topics (it keeps them all
+in memory: 1.4 GB midway through a default sweep); ``--broker-per-row`` starts a fresh
+broker for every row instead. Either way its acknowledgements of the paced latency records
+fall behind by a second or more after a long row (docs/performance.md). The stream is
 Shuttle repeated to ``--records`` records, each the JSON ``{"id", "features", "label"}``
 that ``Session.stream`` writes: every 5th record goes to ``forecasting`` without its label,
 the rest to ``training``; with 50 records per message a Kafka message holds a JSON array.
@@ -64,6 +67,7 @@ rows hold all of these and the acknowledgement latency itself (``ack_ms_p50``/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -464,6 +468,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=None,
                     help="records each row takes off the clock first (0: none; default "
                          "400,000, at most the records per row)")
+    ap.add_argument("--broker-per-row", action="store_true",
+                    help="a fresh local broker for every row (default: one for the whole run, "
+                         "which keeps every row's topics in memory)")
     ap.add_argument("--json", metavar="PATH", help="write all rows as a JSON array")
     args = ap.parse_args()
     n = 49_097 if args.quick else args.records
@@ -479,11 +486,23 @@ def main() -> None:
     print(f"{'configuration':40s} {'records/s':>10s} {'x peer':>6s} {'prequential':>11s} "
           f"{'latency p50/p95':>17s} {'after ack':>15s} {'feedback p50/p95':>17s} "
           f"{'rec/x':>6s}  cpu: jvm (jit) workers broker driver", flush=True)
-    with LocalBroker() as broker:
-        servers = broker.bootstrap_servers
-        peers = {}
+    shared = None if args.broker_per_row else LocalBroker().start()
+
+    @contextlib.contextmanager
+    def broker():
+        """The bootstrap servers of the broker a row runs against: the run's, or a fresh one
+        (``--broker-per-row``), stopped after the row."""
+        if shared is not None:
+            yield shared.bootstrap_servers
+        else:
+            with LocalBroker() as fresh:
+                yield fresh.bootstrap_servers
+
+    peers = {}
+    try:
         for k in per_messages:
-            rows.append(peer_row(servers, k, X, y, args.warmup))
+            with broker() as servers:
+                rows.append(peer_row(servers, k, X, y, args.warmup))
             peers[k] = rows[-1]["records_per_second"]
             show(rows[-1], peers[k])
         for mode in args.modes.split(","):
@@ -492,18 +511,23 @@ def main() -> None:
                     for sharding, wait in itertools.product(
                             args.shardings.split(","),
                             (int(v) for v in args.feedback_waits.split(","))):
-                        rows.append(omldm_row(servers, args, mode, k, delay, X, y, sharding,
-                                              wait))
+                        with broker() as servers:
+                            rows.append(omldm_row(servers, args, mode, k, delay, X, y,
+                                                  sharding, wait))
                         rows[-1]["x_peer"] = rows[-1]["records_per_second"] / peers[k]
                         show(rows[-1], peers[k])
         # the peer once more, after every omldm row: this machine's speed drifts within a
         # run (the same peer ran at 15,307 and 19,202 records/s twenty minutes apart), and
         # the ratios are taken against the faster of its two runs
         for k in per_messages:
-            rows.append(peer_row(servers, k, X, y, args.warmup))
+            with broker() as servers:
+                rows.append(peer_row(servers, k, X, y, args.warmup))
             rows[-1]["again"] = True
             show(rows[-1], rows[-1]["records_per_second"])
             peers[k] = max(peers[k], rows[-1]["records_per_second"])
+    finally:
+        if shared is not None:
+            shared.stop()
     print(f"\nx peer against the faster of the peer's two runs "
           f"({', '.join(f'{peers[k]:,.0f} records/s at {k} rec/msg' for k in per_messages)}):")
     for row in rows:
