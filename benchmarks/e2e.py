@@ -41,10 +41,11 @@ off the clock; their prequential accuracy counts in the whole. Then ``--records`
 (default 1,000,000) are timed. A job's JVM compiles its hot code while records flow: in a
 fresh MiniCluster the JIT's compiler threads took 27-82% of a core for the first 10-25 s
 and still 6-21% (14-21% in the 1 ms rows; three runs) while the 1,000,000 records after
-a 400,000-record warm-up flowed (column ``jit``), on a machine whose two cores the run fills; a job that runs for hours
-pays this once. Rows of 196,388 records after one copy of Shuttle (49,097, the default
-until 2026-11-25) were timed while the JIT took 30-45% of a core (docs/performance.md,
-"How the clock runs"). ``--warmup 0`` measures from the job's first record.
+a 400,000-record warm-up flowed (column ``jit``), on a machine whose two cores the run
+fills; a job that runs for hours pays this once. Rows of 196,388 records after one copy
+of Shuttle (49,097, the default until 2026-11-25) were timed while the JIT took 30-45%
+of a core (docs/performance.md, "How the clock runs"). ``--warmup 0`` measures from the
+job's first record.
 
 Columns: ``records/s`` records fitted or predicted per second of the clock; ``x peer``
 that over the first peer run's records/s with the same records per message (the closing
@@ -498,13 +499,18 @@ def main() -> None:
             with LocalBroker() as fresh:
                 yield fresh.bootstrap_servers
 
+    def peer_run(k: int, again: bool) -> dict:
+        with broker() as servers:
+            row = peer_row(servers, k, X, y, args.warmup)
+        row["again"] = again
+        show(row, row["records_per_second"])
+        return row
+
     peers = {}
     try:
         for k in per_messages:
-            with broker() as servers:
-                rows.append(peer_row(servers, k, X, y, args.warmup))
+            rows.append(peer_run(k, again=False))
             peers[k] = rows[-1]["records_per_second"]
-            show(rows[-1], peers[k])
         for mode in args.modes.split(","):
             for k in per_messages:
                 for delay in (int(v) for v in args.delays.split(",")):
@@ -516,14 +522,8 @@ def main() -> None:
                                                   sharding, wait))
                         rows[-1]["x_peer"] = rows[-1]["records_per_second"] / peers[k]
                         show(rows[-1], peers[k])
-        # the peer once more, after every omldm row: this machine's speed drifts within a
-        # run (the same peer ran at 15,307 and 19,202 records/s twenty minutes apart), and
-        # the ratios are taken against the faster of its two runs
-        for k in per_messages:
-            with broker() as servers:
-                rows.append(peer_row(servers, k, X, y, args.warmup))
-            rows[-1]["again"] = True
-            show(rows[-1], rows[-1]["records_per_second"])
+        for k in per_messages:  # the peer again, last: see "Rows" above
+            rows.append(peer_run(k, again=True))
             peers[k] = max(peers[k], rows[-1]["records_per_second"])
     finally:
         if shared is not None:
