@@ -27,7 +27,8 @@ import argparse
 import json
 from concurrent.futures import ProcessPoolExecutor
 
-from flink_jobs.experiment import CENTRALIZED, SETTINGS, run_centralized, run_local
+from flink_jobs.experiment import (AGGREGATIONS, CENTRALIZED, SETTINGS, run_centralized,
+                                   run_local)
 
 GRID = (0.04, 0.02, 0.01, 0.005)
 VARIANTS = (("FDA", "naive"), ("FDA", "linear"), ("FDA", "sketch"),
@@ -61,7 +62,7 @@ def main() -> None:
     ap.add_argument("--within", type=float, default=0.005)
     ap.add_argument("--grid", default=",".join(map(str, GRID)),
                     help="thresholds, comma-separated (default %(default)s)")
-    ap.add_argument("--aggregation", choices=("sum", "average"), default=None,
+    ap.add_argument("--aggregation", choices=AGGREGATIONS, default=None,
                     help="the rule of every FDA and EVENFLOW run (default: SETTINGS')")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()

@@ -89,6 +89,11 @@ __all__ = ["add_parser", "run_experiment", "SETTINGS", "DATASETS", "create_reque
 
 log = logging.getLogger(__name__)
 
+#: ``trainingConfiguration.aggregation``'s rules (learning.protocols.sharding.AGGREGATIONS,
+#: spelled out so that the CLI starts without importing the learning package;
+#: tests/test_aggregation.py checks that the two agree)
+AGGREGATIONS = ("average", "sum", "diversity")
+
 #: the protocol name of every dataset's reference row: one spoke, protocol Independent
 CENTRALIZED = "Centralized"
 #: ``--quick``: only these (protocol, variant) runs, on the first QUICK_LIMIT records
@@ -156,14 +161,16 @@ TENSAIR_RUNS: list[tuple[str, str | None, dict]] = [
 
 
 def _pa_runs(naive: float, linear: float, sketch: float, basic: float,
-             fast: float, staleness: int = 2,
-             averaged: tuple[str, ...] = ()) -> list[tuple[str, str | None, dict]]:
+             fast: float, staleness: int = 2, averaged: tuple[str, ...] = (),
+             diverse: tuple[str, ...] = ()) -> list[tuple[str, str | None, dict]]:
     """The thirteen runs of a PA-I dataset, with the thresholds of FDA (naive, linear,
     sketch) and EVENFLOW (basic, fast), SSP's ``staleness`` (rounds) and TensAIR's runs
     (:data:`TENSAIR_RUNS`); the FDA and EVENFLOW variants named in ``averaged``, and TAP
     where it names ``"Asynchronous"``, run under the ``average`` rule instead of PA's
-    default ``sum``."""
+    default ``sum``, and those named in ``diverse`` under ``diversity``."""
     def rule(name: str) -> dict:
+        if name in diverse:
+            return {"aggregation": "diversity"}
         return {"aggregation": "average"} if name in averaged else {}
 
     return [
@@ -250,7 +257,8 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
     "waveform": _pa_runs(0.08, 0.08, 0.08, 0.08, 0.08, averaged=(
         "Asynchronous", "naive", "linear", "sketch", "basic", "fast")),
     "rbf": _pa_runs(0.02, 0.01, 0.01, 0.02, 0.005),
-    "led": _pa_runs(0.04, 0.04, 0.01, 0.04, 0.02),
+    "led": _pa_runs(0.04, 0.04, 0.04, 0.04, 0.04, diverse=(
+        "naive", "linear", "sketch", "basic", "fast")),
     "hyperplane": _pa_runs(0.04, 0.04, 0.005, 0.04, 0.04, averaged=(
         "Asynchronous", "naive", "linear", "basic", "fast")),
 }
@@ -692,7 +700,7 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         their means and the standard deviation of the accuracy). Local runs draw their
         spoke shares with seed ``repeat``; Flink runs draw them anew every time.
         Centralized runs once: it has no shares to draw.
-    aggregation : {"average", "sum"} or None
+    aggregation : {"average", "sum", "diversity"} or None
         ``trainingConfiguration.aggregation`` of every run but Centralized and
         Independent (None: the key is left out, the learner's default).
     quick : bool
@@ -729,8 +737,9 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if not sweep or any(k < 1 for k in sweep):
         raise ValueError(f"spokes must be one or more integers >= 1, got {spokes!r}")
-    if aggregation not in (None, "average", "sum"):
-        raise ValueError(f"aggregation must be 'average', 'sum' or None, got {aggregation!r}")
+    if aggregation is not None and aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)} or None, got "
+                         f"{aggregation!r}")
     unknown = [ds for ds in datasets if ds not in DATASETS]
     if unknown:
         raise ValueError(f"unknown dataset(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}")
@@ -1017,7 +1026,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--spokes", action="append", type=_positive,
                    help="spokes per run; repeatable for a sweep, e.g. --spokes 2 --spokes 4 "
                         "--spokes 8 (default: protocols 4; sharding 4 and 8)")
-    p.add_argument("--aggregation", choices=("average", "sum"), default=None,
+    p.add_argument("--aggregation", choices=AGGREGATIONS, default=None,
                    help="protocols: trainingConfiguration.aggregation of every run but "
                         "Centralized and Independent (default: left out, the learner's "
                         "default)")

@@ -1,6 +1,7 @@
 """How hubs fold spokes' work into the global model (``trainingConfiguration.aggregation``,
-issue 13): the ``sum`` rule against exact references, ``average`` unchanged, and the
-preprocessors' statistics merged at the hubs so that every spoke scales like one scaler
+issue 13): the ``sum`` rule against exact references, ``average`` unchanged, ``diversity``
+between the two (the sum where the deltas are orthogonal, the average where they are the
+same, the least-squares projection in between), and the preprocessors' statistics merged at the hubs so that every spoke scales like one scaler
 that saw the whole stream.
 
 All on the in-process kernel, with the exact least-squares SGD learner of
@@ -15,7 +16,8 @@ import pytest
 from learning import PAClassifier, StandardScaler
 from learning.errors import RequestError
 from learning.protocols import make_spoke
-from learning.protocols.sharding import DEFAULT_AGGREGATION, aggregation_of
+from learning.protocols.sharding import (AGGREGATIONS, DEFAULT_AGGREGATION, aggregation_of,
+                                         diversity_scale)
 from learning.requests import parse_request
 from tests.test_protocols import (_least_squares_registered, centralized_sgd, create,  # noqa: F401
                                   global_model, network, regression, round_robin_pushes,
@@ -61,7 +63,7 @@ def test_sum_of_one_record_per_spoke_is_sequential_training_where_steps_do_not_i
     y = np.array([1, 0, 1, 0])
     extra = {"threshold": 1e-9} if protocol == "FDA" else {}
     models = {}
-    for rule in ("sum", "average"):
+    for rule in ("sum", "average", "diversity"):
         net = network(_pa(rule, protocol, **extra), k, 1)
         stream(net, X, y, every=1)
         net.query()  # closes the round of the protocols that wait for one
@@ -74,8 +76,67 @@ def test_sum_of_one_record_per_spoke_is_sequential_training_where_steps_do_not_i
     assert np.abs(w).sum() > 0
     # however the pushes are grouped into rounds, the deltas add up to the same model
     assert np.max(np.abs(models["sum"] - w)) < 1e-12
+    # the deltas are orthogonal (disjoint features), so diversity sums them too; a lone
+    # push (TAP) is added as under sum
+    assert np.max(np.abs(models["diversity"] - w)) < 1e-12
     if protocol == "Synchronous":  # one round of all four: the average is a quarter of it
         assert np.max(np.abs(models["average"] - w / k)) < 1e-12
+
+
+# -- the diversity rule ---------------------------------------------------------------------
+def test_diversity_scale_is_the_average_for_equal_deltas_and_the_sum_for_orthogonal_ones():
+    rng = np.random.default_rng(21)
+    d = rng.normal(size=12)
+    for k in (2, 4, 8):
+        assert diversity_scale([d.copy() for _ in range(k)]) == pytest.approx(1 / k)
+        assert diversity_scale(list(np.eye(12)[:k] * rng.uniform(0.5, 2, size=(k, 1)))) == 1.0
+    assert diversity_scale([d]) == 1.0
+    assert diversity_scale([d, -d]) == 1.0  # they cancel: nothing to scale
+    assert diversity_scale([d, -0.9 * d]) == 1.0  # opposed: clamped to the sum
+    with pytest.raises(ValueError):
+        diversity_scale([])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_diversity_scale_projects_the_one_learner_update_onto_the_sum(seed):
+    """Deltas Δ_i = c + e_i, a common part plus mutually orthogonal parts orthogonal to
+    it: β Σ Δ_i is the least-squares projection of c + Σ e_i (what one learner's steps
+    would add up to) onto Σ Δ_i."""
+    rng = np.random.default_rng(seed)
+    k, n = int(rng.integers(2, 7)), 40
+    Q, _ = np.linalg.qr(rng.normal(size=(n, k + 1)))  # k + 1 orthonormal columns
+    c = Q[:, 0] * rng.uniform(0.1, 3)
+    e = [Q[:, i + 1] * rng.uniform(0.1, 3) for i in range(k)]
+    deltas = [c + ei for ei in e]
+    total = np.sum(deltas, axis=0)
+    target = c + np.sum(e, axis=0)
+    projection = float(target @ total) / float(total @ total)
+    assert diversity_scale(deltas) == pytest.approx(min(1.0, max(1.0 / k, projection)))
+    assert 1.0 / k <= projection <= 1.0
+
+
+def test_diversity_averages_a_round_in_which_every_spoke_learned_the_same_records():
+    """Every spoke fits the same record from the same global model in each round (BSP,
+    one record per mini-batch): the deltas are equal, so diversity is the average, which
+    here is one learner on the records, and the Query reports β = 1/k."""
+    k = 3
+    X, y = regression(40, seed=22)
+    Xk, yk = np.repeat(X, k, axis=0), np.repeat(y, k)
+    models = {}
+    for rule in ("average", "diversity"):
+        net = network(create("Synchronous", batch=1, aggregation=rule), k, 1)
+        stream(net, Xk, yk, every=k)
+        models[rule] = global_model(net)
+        q = net.query()
+        assert q["protocol"]["aggregation"] == rule
+    assert np.max(np.abs(models["diversity"] - models["average"])) < 1e-12
+    assert np.max(np.abs(models["diversity"] - centralized_sgd(X, y, 1))) < 1e-12
+    assert q["protocol"]["diversityScale"] == pytest.approx(1 / k)
+
+
+def test_the_experiment_offers_every_rule():
+    from flink_jobs.experiment import AGGREGATIONS as offered
+    assert tuple(offered) == tuple(AGGREGATIONS)
 
 
 def tap_sum_reference(X, y, k: int, b: int, M: int, lr: float = 0.05,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from learning.protocols.parameters import Param, ProtocolParams, Rule
-from learning.protocols.sharding import ShardedHub, ShardedSpoke
+from learning.protocols.sharding import ADDS_DELTAS, ShardedHub, ShardedSpoke
 from middleware import remote
 
 __all__ = ["ElasticAveragingSpoke", "ElasticAveragingHub", "ALPHA", "RHO", "PARAMETERS",
@@ -70,7 +70,7 @@ class ElasticAveragingHub(ShardedHub):
         """One exchange with spoke ``spoke``'s model shard ``w_i`` (and, on hub 0, its
         preprocessors' statistics since its last exchange).
 
-        ``average``: the elastic step ``α F`` of the module docstring. ``sum``: the centre
+        ``average``: the elastic step ``α F`` of the module docstring. ``sum`` (and ``diversity``): the centre
         moves by the spoke's delta from the shard it was last answered with,
         ``w̃ ← w̃ + (w_i − base_i)``, and the spoke is moved onto the new centre (its
         step is ``w_i − w̃``; what it learned meanwhile is kept).
@@ -81,7 +81,7 @@ class ElasticAveragingHub(ShardedHub):
         """
         [w_i] = self.align([(shard, layout)])
         centre = self.shard()
-        if self.aggregation == "sum":
+        if self.aggregation in ADDS_DELTAS:
             centre = self.sum_of_deltas([w_i], [self.base_of(spoke)])
             step = w_i - centre
             self.set_shard(centre)

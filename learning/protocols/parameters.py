@@ -355,8 +355,10 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
           "all spokes' votes) before an undeclared layout is fixed; held until then",
           interval="[2, 100000]"),
     Param("aggregation", str, None, "how hubs fold spokes' work into the global model: average "
-          "(papers/003 eq. 2; EASGD/Adaptive: the elastic step) or sum of deltas (papers/002 "
-          "§2.1, beta = 1); default per learner", choices=("average", "sum")),
+          "(papers/003 eq. 2; EASGD/Adaptive: the elastic step), sum of deltas (papers/002 "
+          "§2.1, beta = 1) or diversity (rounds: beta = the deltas' gradient diversity, Yin et "
+          "al. 2018, in [1/k, 1]; a lone push as sum); default per learner",
+          choices=("average", "sum", "diversity")),
     Param("scaling", str, "none", "what n spokes divide (papers/001 §II-C): batch: "
           "miniBatchSize is the global B, a spoke fits max(1, round(B/n)) (eq. 3); "
           "learning-rate: the learner's step size / n (eq. 4; learning_rate, PA's C); both",

@@ -40,9 +40,23 @@ update as the weighted summation ``w̃ ← α·w̃ + β·Σ_i Δ_i`` of the spok
   mini-batches had been learned one after the other from ``w̃_0``; for a linear learner
   and one record per spoke this is sequential training up to the terms in which one
   spoke's step would have seen another's (``tests/test_aggregation.py``).
+- ``diversity``: ``β = clamp(Σ_i ‖Δ_i‖² / ‖Σ_i Δ_i‖², 1/k, 1)`` over the ``k`` deltas of a
+  round (:func:`diversity_scale`): the ratio is the gradient diversity of Yin et al.
+  (2018, "Gradient diversity: a key ingredient for scalable distributed learning",
+  AISTATS, Definition 1) taken over the spokes' deltas. Identical deltas (every spoke
+  corrected the same errors) give ``1/k``, the average; mutually orthogonal ones (each
+  corrected its own) give 1, the sum. In between, when each delta is a common part ``c``
+  plus a part ``e_i`` of its own, orthogonal to the rest, it is the least-squares
+  projection of the one-learner update ``c + Σ_i e_i`` onto the only direction the
+  symmetric rules can take, ``Σ_i Δ_i`` (``Σ‖Δ_i‖² = k‖c‖² + Σ‖e_i‖²`` and ``‖ΣΔ_i‖² =
+  k²‖c‖² + Σ‖e_i‖²`` give the same ratio). Long rounds are where it pays: the spokes'
+  corrections overlap more the longer they learn apart, ``sum`` then overshoots and
+  ``average`` undershoots. With ``m > 1`` hubs each hub takes ``β`` over its own shard.
+  A push that arrives alone (TAP, SSP, EASGD, Adaptive) has nothing to be diverse from
+  and is added as under ``sum``.
 
 Averaging rounds (BSP, FDA, EVENFLOW) start every spoke from the hub's ``w̃``, so a round
-with ``sum`` ends at ``w̃ + Σ_i (w_i − w̃)``. Asynchronous pushes (TAP, SSP) and elastic
+with ``sum`` ends at ``w̃ + Σ_i (w_i − w̃)`` (``diversity``: ``w̃ + β Σ_i (w_i − w̃)``). Asynchronous pushes (TAP, SSP) and elastic
 exchanges (EASGD, Adaptive) arrive at any time, so the hub remembers, per spoke, the
 global shard it last answered that spoke with (what the spoke installed, to which it added
 what it learned since) and adds ``w_i − base_i``. The default depends on the learner
@@ -82,9 +96,9 @@ from learning.protocols.parameters import TRAINING_PARAMETERS
 from learning.registry import make_preprocessor
 from middleware import BroadcastPromise, Promise, remote
 
-__all__ = ["shard_bounds", "weighted_average", "fixed_layout", "ShardedSpoke", "ShardedHub",
-           "AveragingHub", "REPORT_METHOD", "AGGREGATIONS", "DEFAULT_AGGREGATION",
-           "aggregation_of"]
+__all__ = ["shard_bounds", "weighted_average", "diversity_scale", "fixed_layout",
+           "ShardedSpoke", "ShardedHub", "AveragingHub", "REPORT_METHOD", "AGGREGATIONS",
+           "DEFAULT_AGGREGATION", "aggregation_of", "ADDS_DELTAS"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +113,10 @@ SERVICE_METHODS = frozenset((REPORT_METHOD, "vote", "settle", "agreed", "export_
 #: the rules of ``trainingConfiguration.aggregation`` (see the module docstring), as declared
 #: in :data:`learning.protocols.parameters.TRAINING_PARAMETERS`
 AGGREGATIONS = TRAINING_PARAMETERS["aggregation"].choices
+
+#: the rules under which a hub adds a spoke's delta to the global model (a lone push,
+#: TAP, SSP, EASGD, Adaptive, is added as it is under both)
+ADDS_DELTAS = frozenset(("sum", "diversity"))
 
 #: learner class name → its default aggregation rule, chosen by measurement (the README's
 #: learning-quality table); learners not named here average. In-process kernel, 4 spokes,
@@ -124,6 +142,37 @@ def aggregation_of(cfg: dict, learner: Any) -> str:
     if rule is None:
         return DEFAULT_AGGREGATION.get(type(learner).__name__, "average")
     return TRAINING_PARAMETERS["aggregation"].validate(rule)
+
+
+def diversity_scale(deltas: list[np.ndarray]) -> float:
+    """``β`` of the ``diversity`` rule (module docstring): ``Σ_i ‖Δ_i‖² / ‖Σ_i Δ_i‖²``
+    clamped to ``[1/k, 1]``, for ``k`` deltas of the same shape (float64 arrays).
+
+    Returns 1.0 for one delta or when the deltas sum to zero (nothing to scale), and
+    ``1/k`` when every delta is the same.
+
+    Raises
+    ------
+    ValueError
+        No deltas, or deltas of different shapes.
+
+    References
+    ----------
+    Yin, D., Pananjady, A., Lam, M., Papailiopoulos, D., Ramchandran, K., Bartlett, P.
+    (2018) Gradient diversity: a key ingredient for scalable distributed learning.
+    AISTATS, PMLR 84:1998–2007 (Definition 1).
+    """
+    k = len(deltas)
+    if k == 0:
+        raise ValueError("diversity_scale needs at least one delta")
+    if k == 1:
+        return 1.0
+    total = np.sum(deltas, axis=0)
+    together = float(total @ total)
+    if not together > 0.0:
+        return 1.0
+    apart = sum(float(d @ d) for d in deltas)
+    return min(1.0, max(1.0 / k, apart / together))
 
 
 def shard_bounds(size: int, m: int) -> list[tuple[int, int]]:
@@ -527,7 +576,19 @@ class ShardedHub(PipelineHub):
     ``self.learner`` stays a whole-model parameter container (what the kernel snapshots),
     of which this hub maintains only its shard; with ``m = 1`` the shard is the whole,
     possibly growing, vector.
+
+    Attributes
+    ----------
+    diversity_rounds : int
+        Rounds folded under ``diversity`` (with more than one push, and deltas that do not
+        sum to zero).
+    diversity_total : float
+        The sum of their ``β`` (:func:`diversity_scale`); the Query's ``diversityScale``
+        is the mean. Class defaults, so that hubs restored from before the rule have them.
     """
+
+    diversity_rounds = 0
+    diversity_total = 0.0
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -558,9 +619,19 @@ class ShardedHub(PipelineHub):
 
     # -- aggregation -----------------------------------------------------------------------
     def sum_of_deltas(self, vectors: list[np.ndarray], bases: list[np.ndarray]) -> np.ndarray:
-        """``w̃ + Σ_i (w_i − base_i)``: this hub's shard moved by every spoke's delta
-        (the ``sum`` rule; all arrays ``(shard size,)`` float64 in the current layout)."""
+        """``w̃ + β Σ_i (w_i − base_i)``: this hub's shard moved by every spoke's delta
+        (all arrays ``(shard size,)`` float64 in the current layout); ``β`` is 1 under
+        ``sum`` and :func:`diversity_scale` of the deltas under ``diversity``, whose
+        rounds :attr:`diversity_rounds` and :attr:`diversity_total` count."""
         w = self.shard().copy()
+        if self.aggregation == "diversity" and len(vectors) > 1:
+            deltas = [v - b for v, b in zip(vectors, bases)]
+            total = np.sum(deltas, axis=0)
+            if total.any():
+                beta = diversity_scale(deltas)
+                self.diversity_rounds += 1
+                self.diversity_total += beta
+                return w + beta * total
         for v, b in zip(vectors, bases):
             w += v - b
         return w
@@ -678,6 +749,9 @@ class ShardedHub(PipelineHub):
         out.update({"rounds": self.rounds, "hub": self.ctx.index, "hubs": self.ctx.n_hubs,
                     "aggregation": self.aggregation,
                     "preprocessorMergeErrors": self.preprocessor_merge_errors})
+        if self.aggregation == "diversity":
+            out["diversityScale"] = (self.diversity_total / self.diversity_rounds
+                                     if self.diversity_rounds else None)
         return out
 
     def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
@@ -870,7 +944,7 @@ class AveragingHub(ShardedHub):
         p = self._round
         order = sorted(self._pushed)
         vectors = self.align([self._pushed[i][:2] for i in order])
-        if self.aggregation == "sum":
+        if self.aggregation in ADDS_DELTAS:
             w = self.sum_of_deltas(vectors, self.round_bases(order))
         else:
             w = weighted_average(vectors, [self._pushed[i][2] for i in order])

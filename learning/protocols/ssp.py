@@ -54,7 +54,7 @@ first finds the others' last records, the second finds them idle). A spoke that 
 pushed just before a Query is not idle: it must have fitted nothing for a whole interval
 between Queries.
 
-Stale deltas. Under the ``sum`` rule a push moves ``w̃`` by the spoke's delta from the
+Stale deltas. Under the ``sum`` rule (and ``diversity``, which adds a lone push as ``sum`` does) a push moves ``w̃`` by the spoke's delta from the
 shard it was last answered with; when other spokes' updates were applied meanwhile (τ of
 them, ``updateStaleness``), that delta partly corrects what they already corrected, and the
 sum overshoots. ``stalenessDamping`` = p scales the delta by ``max(1, τ)^−p`` before it is
@@ -73,7 +73,7 @@ from typing import Any
 import numpy as np
 
 from learning.protocols.parameters import Param, ProtocolParams
-from learning.protocols.sharding import ShardedHub, ShardedSpoke, weighted_average
+from learning.protocols.sharding import ADDS_DELTAS, ShardedHub, ShardedSpoke, weighted_average
 from middleware import Promise, remote
 
 __all__ = ["StaleSynchronousSpoke", "StaleSynchronousHub", "STALENESS", "STALENESS_DAMPING",
@@ -180,7 +180,7 @@ class StaleSynchronousHub(ShardedHub):
         fitted nothing since the previous Query (module docstring, "Idle spokes").
 
         ``average`` replaces the spoke's previous contribution to the weighted average;
-        ``sum`` adds its delta from the shard it was last answered with.
+        ``sum`` (and ``diversity``) adds its delta from the shard it was last answered with.
 
         Returns
         -------
@@ -199,7 +199,7 @@ class StaleSynchronousHub(ShardedHub):
         missed = self._missed(spoke)
         if not idle:
             self._note_staleness(int(records), missed)
-        if self.aggregation == "sum":
+        if self.aggregation in ADDS_DELTAS:
             [w_i] = self.align([(shard, layout)])
             base = self.base_of(spoke)
             if self.damping:  # scale the stale delta (module docstring, "Stale deltas")
@@ -267,7 +267,7 @@ class StaleSynchronousHub(ShardedHub):
         out = super().global_statistics()
         if self.bounded:
             out["staleness"] = self.staleness
-        out["stalenessDamping"] = self.damping if self.aggregation == "sum" else 0.0
+        out["stalenessDamping"] = self.damping if self.aggregation in ADDS_DELTAS else 0.0
         tau = np.asarray(self.update_staleness or [], dtype=np.float64)
         out.update({"clocks": [self.clocks.get(i, 0) for i in range(self.n_peers)],
                     "maxLead": self.max_lead, "heldAnswers": self.held,

@@ -55,7 +55,7 @@ the mean update (papers/000 §III-C's learning-rate discussion; unlike the commo
 ``scaling: learning-rate``, it needs no step-size hyperparameter, e.g. PA). ``none``
 applies and sends each update as computed. Unset, it follows the pipeline's aggregation
 rule (``trainingConfiguration.aggregation``, else the learner's default,
-:func:`learning.protocols.sharding.aggregation_of`): ``sum`` → ``none``, ``average`` →
+:func:`learning.protocols.sharding.aggregation_of`): ``sum`` and ``diversity`` → ``none``, ``average`` →
 ``replicas``, as the parameter-server protocols add or average the same updates. Measured
 on the in-process kernel (4 replicas, digits, prequential accuracy, centralized 0.9252
 MLP / 0.9658 PA): the MLP (Adam) with ``maxGradBuffer`` 1 0.9214 unscaled, 0.9344 scaled;
@@ -82,7 +82,7 @@ import numpy as np
 
 from learning.protocols.base import PipelineHub, PipelineSpoke
 from learning.protocols.parameters import Param, ProtocolParams
-from learning.protocols.sharding import aggregation_of
+from learning.protocols.sharding import ADDS_DELTAS, aggregation_of
 from middleware import Promise, remote
 
 __all__ = ["TensAIRSpoke", "TensAIRHub", "PARAMETERS", "MAX_GRAD_BUFFER", "MAX_STALENESS",
@@ -229,12 +229,12 @@ class TensAIRSpoke(PipelineSpoke):
         self.update_scaling = self._scaling(values)
 
     def _scaling(self, values: dict) -> str:
-        """``updateScaling`` as given, else by the aggregation rule: ``sum`` → ``none``,
+        """``updateScaling`` as given, else by the aggregation rule: ``sum`` and ``diversity`` → ``none``,
         ``average`` → ``replicas``."""
         if values["updateScaling"] is not None:
             return values["updateScaling"]
         rule = aggregation_of(self.request.training_configuration, self.pipeline.learner)
-        return "none" if rule == "sum" else "replicas"
+        return "none" if rule in ADDS_DELTAS else "replicas"
 
     def on_relayout(self) -> None:
         super().on_relayout()
