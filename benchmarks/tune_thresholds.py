@@ -51,7 +51,7 @@ def _one(job: tuple[str, str, str | None, float | None, int, str | None]) -> dic
     return {"dataset": dataset, "protocol": protocol, "variant": variant,
             "threshold": threshold, "lag": lag, "accuracy": row["prequential_accuracy"],
             "bytes": row["bytes_to_hubs"] + row["bytes_to_spokes"], "rounds": row["rounds"],
-            "aggregation": row["aggregation"]}
+            "aggregation": row["aggregation"], "diversity_scale": row["diversity_scale"]}
 
 
 def main() -> None:
@@ -89,7 +89,8 @@ def main() -> None:
                 print(f"  {p} {v:6} {r['threshold']:<6g} {r['aggregation'] or '':7} "
                       f"acc {r['accuracy']:.4f} "
                       f"({r['accuracy'] - central:+.4f}) bytes 1/{bsp['bytes'] / r['bytes']:.1f} "
-                      f"of BSP, {r['rounds']} rounds")
+                      f"of BSP, {r['rounds']} rounds"
+                      + (f", beta {r['diversity_scale']:.2f}" if r["diversity_scale"] else ""))
             ok = [r["threshold"] for r in runs if r["accuracy"] >= central - bar]
             picks.append(f"{max(ok):g}" if ok else f"{min(grid):g}!")
         print(f"  pick (naive, linear, sketch, basic, fast): {', '.join(picks)}")

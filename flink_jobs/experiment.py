@@ -21,7 +21,7 @@ otherwise (pipeline, mini-batch size, forecasting split), and ``Independent``, `
 learners that never synchronize. One spoke's prequential accuracy does not depend on
 spoke shares or message timing, so ``Centralized`` runs once per dataset (not per repeat
 or per ``k``) and always on the in-process kernel, also under ``--kernel flink``: its row
-says ``"kernel": "local"``. ``--aggregation {average,sum}`` sets
+says ``"kernel": "local"``. ``--aggregation {average,sum,diversity}`` sets
 ``trainingConfiguration.aggregation`` in every run but ``Centralized`` and
 ``Independent``; ``--quick`` runs a small subset (:data:`QUICK_RUNS` on the first
 :data:`QUICK_LIMIT` records of each dataset).
@@ -31,7 +31,8 @@ spokes) with the means over the repeats: accuracy ± its sample standard deviati
 the centralized learner and vs BSP, bytes and bytes relative to BSP; JSON rows at
 ``--json``, one per run, with its ``repeat``) with, per run:
 ``dataset``, ``protocol``, ``variant``, ``spokes``, ``aggregation`` (the
-``trainingConfiguration.aggregation`` of the run, or null), ``prequential_accuracy``,
+``trainingConfiguration.aggregation`` of the run, or null), ``diversity_scale`` (under
+``diversity``: hub 0's mean β of its rounds, else null), ``prequential_accuracy``,
 ``mean_loss``, ``bytes_to_hubs`` / ``bytes_to_spokes`` (synchronization traffic:
 everything the middleware sent between spokes and hubs except the one-way statistics
 reports that answer Queries; for TensAIR, whose spokes exchange updates directly, every
@@ -227,6 +228,18 @@ def _pa_runs(naive: float, linear: float, sketch: float, basic: float,
 #: and, on Flink, 0.0050-0.0063 behind at 1/11.2-1/13.5 (3 runs), where independent
 #: learners are 0.0109 behind; FDA sketch averaged at 0.04 ends one round (0.0109 behind)
 #: and stays summing at 0.005.
+#:
+#: LED's were tuned again under ``diversity`` (``--aggregation diversity --grid
+#: 0.16,0.08,0.04,0.02,0.01,0.005``), which scales a round's summed deltas down as far as
+#: they overlap, so long rounds neither overshoot (``sum``) nor learn at a k-times larger
+#: mini-batch (``average``). Every variant at 0.04: in process within 0.0021-0.0058 of
+#: centralized at 1/6.8-1/42.9 of BSP's bytes (summing at 0.04: 1/6.1-1/7.2), where
+#: independent learners are 0.0069 behind; on Flink (3 runs) 1/11.7-1/41.0 within 0.0037
+#: but FDA sketch, 1/7.7 at 0.0057. On RandomRBF it is no way to 10x: on Flink FDA naive
+#: and linear and EVENFLOW basic at 0.04 were 0.0094, 0.0101 and 0.0072 behind (means of
+#: 3, 3 and 2 runs) at 1/4.8-1/5.0, EVENFLOW fast at 0.01 0.0066 at 1/3.9, so RandomRBF
+#: keeps its sums; on digits-PA EVENFLOW fast at 0.005 was 0.0213 behind at 1/5.0 (3 runs;
+#: summing: 0.0228 at 1/5.1).
 SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
     "shuttle": _pa_runs(0.04, 0.04, 0.04, 0.04, 0.04),
     "digits": [
@@ -326,6 +339,8 @@ def _row(dataset: str, protocol: str, variant: str | None, final: dict, seconds:
         "dataset": dataset, "protocol": protocol, "variant": variant, "spokes": spokes,
         # the rule that ran (the Query says it; the request may leave it to the default)
         "aggregation": proto.get("aggregation", aggregation),
+        # under diversity: the mean scale of the rounds' summed deltas (hub 0's)
+        "diversity_scale": proto.get("diversityScale"),
         "prequential_accuracy": final["prequentialAccuracy"],
         "mean_loss": final["meanLoss"],
         "bytes_to_hubs": int(to_hubs), "bytes_to_spokes": int(to_spokes),
