@@ -70,10 +70,10 @@ class ElasticAveragingHub(ShardedHub):
         """One exchange with spoke ``spoke``'s model shard ``w_i`` (and, on hub 0, its
         preprocessors' statistics since its last exchange).
 
-        ``average``: the elastic step ``α F`` of the module docstring. ``sum`` (and ``diversity``): the centre
-        moves by the spoke's delta from the shard it was last answered with,
-        ``w̃ ← w̃ + (w_i − base_i)``, and the spoke is moved onto the new centre (its
-        step is ``w_i − w̃``; what it learned meanwhile is kept).
+        ``average``: the elastic step ``α F`` of the module docstring. ``sum`` (and
+        ``diversity``): the centre moves by the spoke's delta from the shard it was last
+        answered with, ``w̃ ← w̃ + (w_i − base_i)``, and the spoke is moved onto the new
+        centre (its step is ``w_i − w̃``; what it learned meanwhile is kept).
 
         Returns
         -------

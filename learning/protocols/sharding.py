@@ -56,12 +56,13 @@ update as the weighted summation ``w̃ ← α·w̃ + β·Σ_i Δ_i`` of the spok
   and is added as under ``sum``.
 
 Averaging rounds (BSP, FDA, EVENFLOW) start every spoke from the hub's ``w̃``, so a round
-with ``sum`` ends at ``w̃ + Σ_i (w_i − w̃)`` (``diversity``: ``w̃ + β Σ_i (w_i − w̃)``). Asynchronous pushes (TAP, SSP) and elastic
-exchanges (EASGD, Adaptive) arrive at any time, so the hub remembers, per spoke, the
-global shard it last answered that spoke with (what the spoke installed, to which it added
-what it learned since) and adds ``w_i − base_i``. The default depends on the learner
-(:data:`DEFAULT_AGGREGATION`), chosen by measurement (see the README's learning-quality
-table); a Query's ``protocol.aggregation`` says which rule runs.
+with ``sum`` ends at ``w̃ + Σ_i (w_i − w̃)`` (``diversity``: ``w̃ + β Σ_i (w_i − w̃)``).
+Asynchronous pushes (TAP, SSP) and elastic exchanges (EASGD, Adaptive) arrive at any time,
+so the hub remembers, per spoke, the global shard it last answered that spoke with (what
+the spoke installed, to which it added what it learned since) and adds ``w_i − base_i``.
+The default depends on the learner (:data:`DEFAULT_AGGREGATION`), chosen by measurement
+(see the README's learning-quality table); a Query's ``protocol.aggregation`` says which
+rule runs.
 
 Preprocessor statistics are part of the synchronized model. With every push a spoke sends
 hub 0 the running statistics its preprocessors gathered since they last synchronized

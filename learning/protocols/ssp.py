@@ -54,12 +54,13 @@ first finds the others' last records, the second finds them idle). A spoke that 
 pushed just before a Query is not idle: it must have fitted nothing for a whole interval
 between Queries.
 
-Stale deltas. Under the ``sum`` rule (and ``diversity``, which adds a lone push as ``sum`` does) a push moves ``w̃`` by the spoke's delta from the
-shard it was last answered with; when other spokes' updates were applied meanwhile (τ of
-them, ``updateStaleness``), that delta partly corrects what they already corrected, and the
-sum overshoots. ``stalenessDamping`` = p scales the delta by ``max(1, τ)^−p`` before it is
-added (:func:`damping_factor`): p = 1 is Zhang et al.'s staleness-dependent learning rate
-η/τ (Staleness-aware Async-SGD, IJCAI 2016, cited by papers/002 §2.2.2), p = 0 leaves the
+Stale deltas. Under the ``sum`` rule (and ``diversity``, which adds a lone push as ``sum``
+does) a push moves ``w̃`` by the spoke's delta from the shard it was last answered with;
+when other spokes' updates were applied meanwhile (τ of them, ``updateStaleness``), that
+delta partly corrects what they already corrected, and the sum overshoots.
+``stalenessDamping`` = p scales the delta by ``max(1, τ)^−p`` before it is added
+(:func:`damping_factor`): p = 1 is Zhang et al.'s staleness-dependent learning rate η/τ
+(Staleness-aware Async-SGD, IJCAI 2016, cited by papers/002 §2.2.2), p = 0 leaves the
 delta as it is. Under ``average`` a push replaces the spoke's earlier contribution and
 nothing accumulates: p changes nothing, and Query reports 0.
 """

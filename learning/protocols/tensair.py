@@ -55,8 +55,8 @@ the mean update (papers/000 §III-C's learning-rate discussion; unlike the commo
 ``scaling: learning-rate``, it needs no step-size hyperparameter, e.g. PA). ``none``
 applies and sends each update as computed. Unset, it follows the pipeline's aggregation
 rule (``trainingConfiguration.aggregation``, else the learner's default,
-:func:`learning.protocols.sharding.aggregation_of`): ``sum`` and ``diversity`` → ``none``, ``average`` →
-``replicas``, as the parameter-server protocols add or average the same updates. Measured
+:func:`learning.protocols.sharding.aggregation_of`): ``sum`` and ``diversity`` →
+``none``, ``average`` → ``replicas``, as the parameter-server protocols add or average the same updates. Measured
 on the in-process kernel (4 replicas, digits, prequential accuracy, centralized 0.9252
 MLP / 0.9658 PA): the MLP (Adam) with ``maxGradBuffer`` 1 0.9214 unscaled, 0.9344 scaled;
 with 4, 0.8527 unscaled (four replicas' Adam steps added at once, stale) and 0.9064
@@ -229,8 +229,8 @@ class TensAIRSpoke(PipelineSpoke):
         self.update_scaling = self._scaling(values)
 
     def _scaling(self, values: dict) -> str:
-        """``updateScaling`` as given, else by the aggregation rule: ``sum`` and ``diversity`` → ``none``,
-        ``average`` → ``replicas``."""
+        """``updateScaling`` as given, else by the aggregation rule: ``sum`` and
+        ``diversity`` → ``none``, ``average`` → ``replicas``."""
         if values["updateScaling"] is not None:
             return values["updateScaling"]
         rule = aggregation_of(self.request.training_configuration, self.pipeline.learner)
