@@ -520,7 +520,6 @@ def main() -> None:
                         with broker() as servers:
                             rows.append(omldm_row(servers, args, mode, k, delay, X, y,
                                                   sharding, wait))
-                        rows[-1]["x_peer"] = rows[-1]["records_per_second"] / peers[k]
                         show(rows[-1], peers[k])
         for k in per_messages:  # the peer again, last: see "Rows" above
             rows.append(peer_run(k, again=True))

@@ -145,9 +145,10 @@ def aggregation_of(cfg: dict, learner: Any) -> str:
     return TRAINING_PARAMETERS["aggregation"].validate(rule)
 
 
-def diversity_scale(deltas: list[np.ndarray]) -> float:
+def diversity_scale(deltas: list[np.ndarray], total: np.ndarray | None = None) -> float:
     """``β`` of the ``diversity`` rule (module docstring): ``Σ_i ‖Δ_i‖² / ‖Σ_i Δ_i‖²``
-    clamped to ``[1/k, 1]``, for ``k`` deltas of the same shape (float64 arrays).
+    clamped to ``[1/k, 1]``, for ``k`` deltas of the same shape (float64 arrays);
+    ``total`` is their sum when the caller has it already.
 
     Returns 1.0 for one delta or when the deltas sum to zero (nothing to scale), and
     ``1/k`` when every delta is the same.
@@ -168,7 +169,8 @@ def diversity_scale(deltas: list[np.ndarray]) -> float:
         raise ValueError("diversity_scale needs at least one delta")
     if k == 1:
         return 1.0
-    total = np.sum(deltas, axis=0)
+    if total is None:
+        total = np.sum(deltas, axis=0)
     together = float(total @ total)
     if not together > 0.0:
         return 1.0
@@ -629,7 +631,7 @@ class ShardedHub(PipelineHub):
             deltas = [v - b for v, b in zip(vectors, bases)]
             total = np.sum(deltas, axis=0)
             if total.any():
-                beta = diversity_scale(deltas)
+                beta = diversity_scale(deltas, total)
                 self.diversity_rounds += 1
                 self.diversity_total += beta
                 return w + beta * total
