@@ -130,9 +130,10 @@ def main() -> None:
     ap.add_argument("--max-backlog-mb", type=float, default=None,
                     help="JobConfig.max_backlog_bytes in MiB (default: the job's default)")
     ap.add_argument("--feedback-wait-ms", type=int, default=None,
-                    help="JobConfig.feedback_fetch_max_wait_ms (default: the job's, 1); 20 "
-                         "for a BSP pipeline on the local broker, where a 1 ms fetch loop "
-                         "starves it once the stream has ended (docs/performance.md)")
+                    help="JobConfig.feedback_fetch_max_wait_ms (default: the job's, 5); 20 "
+                         "for a BSP pipeline on the local broker, whose fetches answer "
+                         "nothing once psMessages holds more batches than the wait allows "
+                         "(docs/performance.md)")
     args = ap.parse_args()
     X0, y0 = shuttle()
     with LocalBroker() as broker:

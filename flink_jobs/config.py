@@ -64,14 +64,23 @@ class JobConfig:
         wait to fill; small values keep the feedback loop's latency low.
     fetch_max_wait_ms : int
         Kafka consumer ``fetch.max.wait.ms`` (milliseconds) of the data and request
-        sources; the local broker answers a fetch only after this wait.
+        sources; the local broker answers a fetch only after this wait, and nothing when
+        the topic holds too many record batches for it (see the next field).
     feedback_fetch_max_wait_ms : int
         The same for the ``psMessages`` source, the feedback loop's way back to the
-        spokes: every hub answer waits up to this long there, so it bounds the round
-        trip from below. Default 1, by measurement (the Flink learning-quality experiment,
-        RandomRBF, TAP, 4 spokes, thread mode, 3 runs: 0.0188 behind the centralized
-        learner at 20 ms, 0.0138 at 1 ms with an 11 ms p50 round trip; throughput
-        unchanged under a full backlog; docs/performance.md).
+        spokes: on the local broker every hub answer waits up to this long there, so it
+        bounds the round trip from below (a Kafka broker answers as soon as a record
+        comes, whatever the wait). Default 5, by measurement on the local broker (the
+        Flink learning-quality experiment, RandomRBF, TAP, 4 spokes, thread mode, 3 runs:
+        0.0188 behind the centralized learner at 20 ms (undamped), 0.0093 at 1 ms and
+        0.0099 at 5 ms (damped, one session); throughput unchanged under a full backlog).
+        Not 1: the local broker (tansu 0.6.0, in memory) spends time on every fetch in
+        proportion to the record batches the topic holds (about 0.4 µs each) and answers
+        nothing when that takes longer than the wait, so a long enough ``psMessages`` (a
+        hub answer is often a batch of its own) stops the feedback loop for good: a
+        RandomRBF FDA run stalled so at offset 6,240 at 1 ms; of a topic of 8,000
+        one-record batches consumers read nothing at 1 and 2 ms and all at 5 ms, of
+        24,000 nothing at 5 ms and all at 20 (docs/operations.md, "Troubleshooting").
     bundle_size : int
         ``python.fn-execution.bundle.size`` (records), process mode.
     bundle_time_ms : int
@@ -190,7 +199,7 @@ class JobConfig:
     execution_mode: str = "thread"
     buffer_timeout_ms: int = 1
     fetch_max_wait_ms: int = 20
-    feedback_fetch_max_wait_ms: int = 1
+    feedback_fetch_max_wait_ms: int = 5
     bundle_size: int = 1000
     bundle_time_ms: int = 10
     max_batch_delay_ms: int = 1

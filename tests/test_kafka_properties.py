@@ -5,6 +5,7 @@ kafka-python; and ``omldm topics`` on the real broker."""
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -118,7 +119,7 @@ def test_the_sql_table_gets_every_property():
 
 
 def test_the_feedback_source_fetches_with_its_own_wait():
-    """psMessages: ``feedback_fetch_max_wait_ms`` (default 1 ms), the request source
+    """psMessages: ``feedback_fetch_max_wait_ms`` (default 5 ms), the request source
     ``fetch_max_wait_ms`` (20 ms); a user's property beats both."""
     from flink_jobs.job import create_environment
     from flink_jobs.session import local_config
@@ -129,8 +130,8 @@ def test_the_feedback_source_fetches_with_its_own_wait():
         return tuple(src.get_java_function().getConfiguration().toMap()["fetch.max.wait.ms"]
                      for src in (feedback_source(cfg), _kafka_bytes_source(cfg, "requests")))
 
-    assert waits() == ("1", "20")
-    assert waits(feedback_fetch_max_wait_ms=5, fetch_max_wait_ms=50) == ("5", "50")
+    assert waits() == ("5", "20")
+    assert waits(feedback_fetch_max_wait_ms=7, fetch_max_wait_ms=50) == ("7", "50")
     user = KafkaConnection("k:1", properties=(("fetch.max.wait.ms", "99"),))
     assert waits(connection=user) == ("99", "99")
     with pytest.raises(ValueError, match="feedback_fetch_max_wait_ms"):
@@ -177,3 +178,31 @@ def test_producer_and_consumer_properties_win_over_the_clis_own(broker, tmp_path
                          isolation_level="read_committed")
     assert reader.isolation_level == "read_committed" and len(list(reader.drain(1000))) == 2
     reader.close()
+
+
+def test_the_local_broker_answers_the_feedback_wait_on_a_long_topic(broker):
+    """The local broker spends time on every fetch in proportion to the record batches a
+    topic holds and answers nothing when that takes longer than the fetch's wait; a hub
+    answer at a live pace is a batch of its own. On a topic of 4,000 one-record batches a
+    consumer at the job's default ``feedback_fetch_max_wait_ms`` reads every record (at
+    1 ms, the default before, this machine's consumers read none of 8,000; see
+    docs/operations.md, *Troubleshooting*)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    topic = "long-feedback"
+    create_topics(broker.bootstrap_servers, [topic])
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, linger_ms=0)
+    for i in range(4000):
+        producer.send(topic, b"x" * 200).get(timeout=10)  # one batch per record
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers,
+                             enable_auto_commit=False,
+                             fetch_max_wait_ms=JobConfig.feedback_fetch_max_wait_ms)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    read, deadline = 0, time.monotonic() + 30
+    while read < 4000 and time.monotonic() < deadline:
+        read += sum(len(r) for r in consumer.poll(timeout_ms=500).values())
+    consumer.close()
+    assert read == 4000
