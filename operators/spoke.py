@@ -153,7 +153,14 @@ class SpokeFunction(KeyedCoProcessFunction):
         if isinstance(value, str):
             kernel.on_data(value)
         else:
-            kernel.on_batch(bytes(value))
+            # a push leaves as soon as it is made, not after the whole batch: in thread
+            # mode Java forwards each yielded element at once (process mode's bundles
+            # hold them anyway)
+            tags = self.tags
+            for _ in kernel.batch_steps(bytes(value)):
+                for stream, value_ in kernel.take_messages():
+                    if tags[stream] is not None:
+                        yield tags[stream], value_
         yield from self._emit(kernel)
 
     def process_element2(self, value, ctx):

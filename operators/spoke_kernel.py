@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import orjson
 
@@ -48,6 +48,7 @@ HELD_COST = 96
 _TRAIN = "T"  # the SQL source's tag of training records; forecasting ones are "P"
 HUBS = "hubs"  # names of the kernel's outputs; None is the main output (predictions)
 SPOKES = "spokes"  # spoke→spoke sibling frames (operators.feedback), bytes, for psMessages
+_MESSAGES = (HUBS, SPOKES)  # the outputs a host may send on in the middle of a batch
 
 
 class SpokeContext:
@@ -369,14 +370,38 @@ class SpokeKernel:
         :func:`middleware.codec.record_batch`), in the order they came. Each is handled
         as :meth:`on_data` would: a pipeline paused in the middle of the batch holds the
         rest in its backlog."""
+        for _ in self.batch_steps(data):
+            pass
+
+    def batch_steps(self, data: bytes) -> Iterator[None]:
+        """:meth:`on_batch` in steps: a generator that yields (None) after each record
+        that added a message for hubs or spokes to :attr:`out`, so that the host can send a push to the hubs while the
+        rest of the batch is handled (:meth:`take_messages`) instead of after it: the
+        answer travels while this spoke works, which shortens the feedback round trip by
+        up to one batch. What the host leaves in :attr:`out` stays in order."""
         self._nudge()
         records = codec.read_batch(data)
         self.data_records += len(records)
         self.data_batches += 1
-        line = self._line
+        line, out = self._line, self.out
+        n = len(out)
         for train, raw in records:
             line(train, raw)
+            if len(out) != n:
+                if any(out[j][0] in _MESSAGES for j in range(n, len(out))):
+                    yield
+                n = len(out)
         self._settle()
+
+    def take_messages(self) -> list[tuple[str, Any]]:
+        """Take the messages for hubs and other spokes (:data:`HUBS`, :data:`SPOKES`
+        entries) out of :attr:`out`, in order, and leave the rest there in order (the
+        same list: :meth:`batch_steps` goes on appending to it)."""
+        out = self.out
+        taken = [item for item in out if item[0] in _MESSAGES]
+        if taken:
+            out[:] = [item for item in out if item[0] not in _MESSAGES]
+        return taken
 
     def _settle(self) -> None:
         """Every pipeline predicts the forecasting records it took during this crossing

@@ -145,3 +145,39 @@ def test_a_forecast_the_learner_cannot_predict_is_refused_alone():
     assert [(d["record"]["id"], d["code"]) for d in dead] == [(13, "predict_failed")]
     assert "13 is unlucky" in dead[0]["reason"]
     assert (node.predicted, node.rejected_by["predict_failed"]) == (3, 1)
+
+
+def test_a_push_leaves_in_the_middle_of_its_batch_and_the_rest_keeps_its_order():
+    """``SpokeKernel.batch_steps`` stops after each record that left a message for the
+    hubs, so the host (``SpokeFunction.process_element1``) sends a push before the rest of
+    the batch is handled; what it takes out (``take_messages``) and what stays add up to
+    exactly what ``on_batch`` leaves, each in order."""
+    def kernel() -> SpokeKernel:
+        k = SpokeKernel(0, 2, 1, hub_keys=[0])
+        k.on_message(orjson.dumps({
+            "id": 0, "request": "Create",
+            "learner": {"name": "PA", "parameters": {"n_features": 2, "classes": [0, 1]}},
+            "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 4}}))
+        k.out.clear()
+        return k
+
+    recs = [(i % 5 != 4, orjson.dumps({"id": i, "features": [float(i % 7), 1.0], "label": i % 2}
+                                      if i % 5 != 4 else {"id": i, "features": [1.0, 0.0]}))
+            for i in range(200)]
+    whole = kernel()
+    whole.on_batch(record_batch(recs))
+    stepped, sent, steps = kernel(), [], 0
+    for _ in stepped.batch_steps(record_batch(recs)):
+        steps += 1
+        taken = stepped.take_messages()
+        assert taken and all(s == "hubs" for s, _ in taken)
+        sent.extend(taken)
+        if steps == 1:  # the first push left while most records were still to come
+            assert stepped.nodes[0].fitted < 40
+    assert steps >= 1
+    messages = [(s, v) for s, v in whole.out if s == "hubs"]
+    assert [v for _, v in sent] + [v for s, v in stepped.out if s == "hubs"] == \
+        [v for _, v in messages]
+    assert [(s, v) for s, v in stepped.out if s != "hubs"] == \
+        [(s, v) for s, v in whole.out if s != "hubs"]
+    assert stepped.nodes[0].fitted == whole.nodes[0].fitted == 160
