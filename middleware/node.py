@@ -206,6 +206,11 @@ class Node:
         return len(self._calls)
 
     @property
+    def waiting_on(self) -> list[str]:
+        """The methods of the calls the stream waits on (``then_sync``), sorted."""
+        return sorted({c.method for c in self._calls.values() if c.pausing})
+
+    @property
     def n_peers(self) -> int:
         return len(self.peers)
 

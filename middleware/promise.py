@@ -142,6 +142,12 @@ class Call:
     def done(self) -> bool:
         return self.received >= self.expected
 
+    @property
+    def pausing(self) -> bool:
+        """Whether the spoke's stream waits on this call (:meth:`then_sync`, not yet all
+        answered)."""
+        return self._sync
+
     def then(self, callback: Callable[[Any], None]) -> "Call":
         """Run ``callback(value)`` for each answer (also for answers already received)."""
         self._then.append(callback)

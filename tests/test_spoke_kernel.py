@@ -152,6 +152,25 @@ def test_a_full_backlog_sheds_its_pipelines_records_as_dead_letters_and_nothing_
     assert q["rejectedBy"] == {"backlog_full": 6} and q["heldBytes"] == 2 * cost
 
 
+def test_a_query_says_how_long_a_paused_spoke_waits_and_on_what():
+    """While a BSP spoke waits for its round, its statistics (a Query's per-spoke details)
+    say for how long (``pausedForS``) and on which calls (``waitingOn``); once the round
+    closes, neither."""
+    w = Wire()
+    w.request(create(0, "Synchronous"))
+    for i in range(2):  # one mini-batch on spoke 0: BSP pushes and waits for spoke 1
+        w.data(0, "T", record(i))
+    bsp = w.spokes[0].nodes[0]
+    time.sleep(0.05)
+    q = bsp.statistics()
+    assert q["waitingOn"] == ["push"] and q["pausedForS"] >= 0.05
+    assert w.spokes[1].nodes[0].statistics()["pausedForS"] is None
+    w.data(1, "T", record(100))
+    w.data(1, "T", record(101))  # spoke 1 pushes: the round closes
+    q = bsp.statistics()
+    assert q["waitingOn"] == [] and q["pausedForS"] is None
+
+
 def test_a_batch_that_pauses_its_pipeline_midway_holds_the_rest_in_order():
     """Records of one batch (as ``omldm.RecordBatcher`` groups them in Java) are handled one
     by one: BSP pauses after its first mini-batch, inside the batch, and the rest of the

@@ -668,12 +668,16 @@ class PipelineSpoke(Node):
         """Protocol hook: an Update changed the layout and the model was reset."""
 
     def statistics(self) -> dict:
+        paused_for = getattr(self.ctx, "paused_for", None)  # not every context keeps it
         return {
             "spoke": self.ctx.index, "fitted": self.fitted, "predicted": self.predicted,
             "rejected": self.rejected, "rejectedBy": dict(self.rejected_by),
             "correct": self.correct, "loss": self.loss_sum,
             "batches": self.batches, "fitErrors": self.fit_errors, "lastError": self.last_error,
             "held": self.ctx.held(), "heldBytes": self.ctx.held_bytes,
+            # a paused stream: how long, and the calls it waits on (then_sync)
+            "pausedForS": paused_for() if paused_for else None,
+            "waitingOn": self.waiting_on,
             "layoutHeld": len(self._held),
             "layout": self.layout.to_json(), "network": self.stats.to_json(),
             "scaling": describe(self.pipeline.learner, self.scaling, self.mini_batch_size),
@@ -829,6 +833,7 @@ class PipelineHub(Node):
                 "rejected": s["rejected"], "rejectedBy": s.get("rejectedBy", {}),
                 "layoutHeld": s.get("layoutHeld", 0), "fitErrors": s["fitErrors"], "lastError": s["lastError"],
                 "held": s.get("held", 0), "heldBytes": s.get("heldBytes", 0),
+                "pausedForS": s.get("pausedForS"), "waitingOn": s.get("waitingOn", []),
                 "messagesSent": s["network"]["messages_sent"],
                 "bytesSent": s["network"]["bytes_sent"],
                 "messagesReceived": s["network"]["messages_received"],
