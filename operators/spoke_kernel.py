@@ -67,7 +67,7 @@ class SpokeContext:
         self.max_response_params = op.limits["max_response_params"]
         self.prediction_scores = op.limits["prediction_scores"]
         self.pauses = 0  # calls this pipeline's stream waits on (then_sync)
-        self.paused_at: float | None = None  # time.monotonic() when the stream last paused
+        self.paused_at: float | None = None  # time.time() when the stream last paused
         # what this pipeline got while it was paused, in order: (training?, the Kafka
         # record's bytes, parsed again when it is taken), (training?, a parsed record)
         # put back by the node, or (None, fn) from feed() and the node
@@ -127,15 +127,15 @@ class SpokeContext:
 
     def pause_stream(self) -> None:
         self._op.paused += 1
-        if not self.pauses:
-            self.paused_at = time.monotonic()
+        if not self.pauses:  # wall clock: a snapshot may be restored on another machine
+            self.paused_at = time.time()
         self.pauses += 1
 
     def paused_for(self) -> float | None:
         """Seconds since this pipeline's stream paused (None while it runs, or for a
         context restored from a snapshot taken before this was kept)."""
         at = getattr(self, "paused_at", None)
-        return time.monotonic() - at if self.pauses and at is not None else None
+        return max(0.0, time.time() - at) if self.pauses and at is not None else None
 
     def resume_stream(self) -> None:
         # the kernel feeds the backlog once the message being handled is done

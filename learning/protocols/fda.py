@@ -67,11 +67,11 @@ gets the same subrounds (its one row function is scaled to −1 at ``E`` too): L
 250-parameter PA model, FDA sketch under ``diversity`` at 0.04, in process with messages
 every 500 records (seeds 0–2), polled 57–63 times a run instead of 89–95 and, with
 float32 polls, sent 1/11.3–1/12.0 of BSP's bytes instead of 1/6.8–1/7.3, at the same
-accuracy (0.7587–0.7592 against 0.7580–0.7584). For
-naive and linear the state is one or two floats, and for the exact drift of a model of
-at most 63 parameters at most :data:`SMALL_STATE`, so a poll costs about what a subround
-costs and tells more: they always poll (the coordinator learns which case holds from the
-last poll's state sizes).
+accuracy (0.7587–0.7592 against 0.7580–0.7584); on Flink (3 runs) 1/13.3 instead of
+1/7.7. For naive and linear the state is one or two floats, and for the exact drift of a
+model of at most 63 parameters at most :data:`SMALL_STATE`, so a poll costs about what a
+subround costs and tells more: they always poll (the coordinator learns which case holds
+from the last poll's state sizes).
 
 Increments in the job (``waitOnIncrement``, default true). §4.0.5 assumes the coordinator
 hears an increment at once; in the Flink job the poll it causes comes back through Kafka
