@@ -737,7 +737,7 @@ def test_fda_sketch_of_a_model_larger_than_the_sketch():
     assert all(np.array_equal(s.R, s.R.astype(np.float32)) for s in net.spokes if s.fgm)
 
 
-def test_fda_exact_drift_of_a_mid_sized_model_gets_subrounds_and_float32_polls():
+def test_fda_exact_drift_of_a_mid_sized_model_gets_subrounds_and_float32_polls(monkeypatch):
     """80 + 1 parameters under the default 5 × 128 sketch: the state is the exact drift
     (82 floats, more than :data:`SMALL_STATE`), so the coordinator settles counter
     violations with subrounds first and polls travel as float32, which leaves every
@@ -750,29 +750,26 @@ def test_fda_exact_drift_of_a_mid_sized_model_gets_subrounds_and_float32_polls()
     X, y = regression(3000, d=80, seed=5)
     learner = {"name": "LeastSquaresSGD", "hyperParameters": {"learning_rate": 0.01},
                "parameters": {"n_features": 80}}
-    out = {}
-    for small in (fda.SMALL_STATE, 10 ** 6):  # 10**6: every state polled at once, float64
-        fda.SMALL_STATE, saved = small, fda.SMALL_STATE
-        try:
-            net = network(create("FDA", learner=learner, batch=4, threshold=theta,
-                                 variant="sketch"), k, 1)
-            hub, checks, seen = net.hubs[0], [], []
-            decide = hub._decide
+    out, rule = {}, fda.SMALL_STATE
+    for small in (rule, 10 ** 6):  # 10**6: every state polled at once, float64
+        monkeypatch.setattr(fda, "SMALL_STATE", small)
+        net = network(create("FDA", learner=learner, batch=4, threshold=theta,
+                             variant="sketch"), k, 1)
+        hub, checks, seen = net.hubs[0], [], []
+        decide = hub._decide
 
-            def spy(hub=hub, net=net, decide=decide, checks=checks):
-                variance = model_variance(net)
-                answer = decide()
-                checks.append((answer["action"], hub.decisions[-1][2], variance))
-                return answer
-            hub._decide = spy
-            stream(net, X, y, every=1, after=lambda _, net=net, seen=seen: seen.append(
-                model_variance(net)) if not any(net.paused(i) for i in range(k)) else None)
-        finally:
-            fda.SMALL_STATE = saved
+        def spy(hub=hub, net=net, decide=decide, checks=checks):
+            variance = model_variance(net)
+            answer = decide()
+            checks.append((answer["action"], hub.decisions[-1][2], variance))
+            return answer
+        hub._decide = spy
+        stream(net, X, y, every=1, after=lambda _, net=net, seen=seen: seen.append(
+            model_variance(net)) if not any(net.paused(i) for i in range(k)) else None)
         traffic = sum(sum(s.stats.sent_bytes.values()) + sum(s.stats.received_bytes.values())
                       for s in net.spokes)  # bytes, both ways
         out[small] = (hub.global_statistics(), checks, seen, net, traffic)
-    stats, checks, seen, net, traffic = out[fda.SMALL_STATE]
+    stats, checks, seen, net, traffic = out[rule]
     assert all(s.dims() == (1, 81, 0.0) and s.local_state().size == 82 for s in net.spokes)
     assert stats["subrounds"] > 0 and max(seen) <= theta
     conts = [(f, v) for a, f, v in checks if a == "continue"]
