@@ -239,8 +239,9 @@ def _pa_runs(naive: float, linear: float, sketch: float, basic: float,
 #: 250-parameter model got FGM subrounds and float32 polls. On RandomRBF it is no way to
 #: 10x: on Flink FDA naive and linear and EVENFLOW basic at 0.04 were 0.0094, 0.0101 and
 #: 0.0072 behind (means of 3, 3 and 2 runs) at 1/4.8-1/5.0, EVENFLOW fast at 0.01 0.0066
-#: at 1/3.9, so RandomRBF keeps its sums; on digits-PA EVENFLOW fast at 0.005 was 0.0213 behind at 1/5.0 (3 runs;
-#: summing: 0.0228 at 1/5.1), at 0.0075 with 16 coefficients 0.0193 at 1/4.7.
+#: at 1/3.9, so RandomRBF keeps its sums; on digits-PA EVENFLOW fast at 0.005 was 0.0213
+#: behind at 1/5.0 (3 runs; summing: 0.0228 at 1/5.1), at 0.0075 with 16 coefficients
+#: 0.0193 at 1/4.7.
 SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
     "shuttle": _pa_runs(0.04, 0.04, 0.04, 0.04, 0.04),
     "digits": [

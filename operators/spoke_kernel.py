@@ -384,10 +384,11 @@ class SpokeKernel:
 
     def batch_steps(self, data: bytes) -> Iterator[None]:
         """:meth:`on_batch` in steps: a generator that yields (None) after each record
-        that added a message for hubs or spokes to :attr:`out`, so that the host can send a push to the hubs while the
-        rest of the batch is handled (:meth:`take_messages`) instead of after it: the
-        answer travels while this spoke works, which shortens the feedback round trip by
-        up to one batch. What the host leaves in :attr:`out` stays in order."""
+        that added a message for hubs or spokes to :attr:`out`, so that the host can send
+        a push to the hubs while the rest of the batch is handled (:meth:`take_messages`)
+        instead of after it: the answer travels while this spoke works, which shortens
+        the feedback round trip by up to one batch. What the host leaves in :attr:`out`
+        stays in order."""
         self._nudge()
         records = codec.read_batch(data)
         self.data_records += len(records)
@@ -406,10 +407,11 @@ class SpokeKernel:
         """Take the messages for hubs and other spokes (:data:`HUBS`, :data:`SPOKES`
         entries) out of :attr:`out`, in order, and leave the rest there in order (the
         same list: :meth:`batch_steps` goes on appending to it)."""
-        out = self.out
-        taken = [item for item in out if item[0] in _MESSAGES]
+        taken, rest = [], []
+        for item in self.out:
+            (taken if item[0] in _MESSAGES else rest).append(item)
         if taken:
-            out[:] = [item for item in out if item[0] not in _MESSAGES]
+            self.out[:] = rest
         return taken
 
     def _settle(self) -> None:

@@ -56,11 +56,12 @@ the mean update (papers/000 §III-C's learning-rate discussion; unlike the commo
 applies and sends each update as computed. Unset, it follows the pipeline's aggregation
 rule (``trainingConfiguration.aggregation``, else the learner's default,
 :func:`learning.protocols.sharding.aggregation_of`): ``sum`` and ``diversity`` →
-``none``, ``average`` → ``replicas``, as the parameter-server protocols add or average the same updates. Measured
-on the in-process kernel (4 replicas, digits, prequential accuracy, centralized 0.9252
-MLP / 0.9658 PA): the MLP (Adam) with ``maxGradBuffer`` 1 0.9214 unscaled, 0.9344 scaled;
-with 4, 0.8527 unscaled (four replicas' Adam steps added at once, stale) and 0.9064
-scaled; PA with 1 0.9626 unscaled, 0.9497 scaled (RandomRBF 0.8016 against 0.7790).
+``none``, ``average`` → ``replicas``, as the parameter-server protocols add or average
+the same updates. Measured on the in-process kernel (4 replicas, digits, prequential
+accuracy, centralized 0.9252 MLP / 0.9658 PA): the MLP (Adam) with ``maxGradBuffer`` 1
+0.9214 unscaled, 0.9344 scaled; with 4, 0.8527 unscaled (four replicas' Adam steps added
+at once, stale) and 0.9064 scaled; PA with 1 0.9626 unscaled, 0.9497 scaled (RandomRBF
+0.8016 against 0.7790).
 
 Statistics (Query, per spoke): ``updatesMade`` (mini-batches, own updates),
 ``updatesSent`` (messages), ``updatesApplied`` (messages from others), ``updatesReceived``
