@@ -106,8 +106,8 @@ JAVA_SOURCES = Path(__file__).resolve().parent.parent / "flink_jobs" / "java"
 
 
 def omldm_jar() -> Path:
-    """Path of omldm's own operators' jar (``omldm.RecordBatcher``, ``omldm.LineSplitter``),
-    compiled on first use.
+    """Path of omldm's own operators' jar (``omldm.RecordBatcher``, ``omldm.LineSplitter``,
+    ``omldm.ToSpokes``), compiled on first use.
 
     Built with ``javac --release 11`` (any JDK >= 11; the jar runs on Java 11 and newer)
     against the Flink jars in the installed PyFlink, and cached under a name that carries

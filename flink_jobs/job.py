@@ -21,10 +21,11 @@ put in front). ``distribution-aware`` sharding adds one Python operator before t
 (:mod:`operators.shard`, parallelism 1, one crossing per batch). On the way back, with
 batching on, a spoke hands the predictions of one crossing to the JVM as one string
 (joined by newlines) and ``omldm.LineSplitter`` (Java) splits them into one Kafka record
-each.
+each; and ``omldm.ToSpokes`` (Java) routes requests and ``psMessages`` to spoke keys, so a
+hub's answer crosses into Python only at its spoke (without batching the Python
+:class:`_ToSpokes` routes them).
 Spokes are keyed so that their whole state lives in Flink keyed state and survives
-failures (checkpoints) and upgrades (savepoints). Only the low-volume message paths run
-Python before the spokes.
+failures (checkpoints) and upgrades (savepoints).
 """
 
 from __future__ import annotations
@@ -194,11 +195,21 @@ def _keyed(ds: DataStream, value_type) -> KeyedStream:
     return KeyedStream(j_keyed, value_type, ds)
 
 
+def _java_ints(values: list[int]):
+    """A Java ``int[]`` holding ``values``."""
+    gateway = get_gateway()
+    array = gateway.new_array(gateway.jvm.int, len(values))
+    for i, v in enumerate(values):
+        array[i] = v
+    return array
+
+
 class _ToSpokes:
-    """Requests go to every spoke key; hub→spoke frames, spoke→spoke sibling frames (their
-    envelopes, acknowledgements and resyncs) and bare envelopes (a version before sibling
-    frames) to their destination's key (malformed bytes to spoke 0, which counts and
-    answers them)."""
+    """Where the spokes' messages go, in Python, when records are not batched (batched,
+    ``omldm.ToSpokes`` does the same in the JVM). Requests go to every spoke key; hub→spoke
+    frames, spoke→spoke sibling frames (their envelopes, acknowledgements and resyncs) and
+    bare envelopes (a version before sibling frames) to their destination's key (malformed
+    bytes to spoke 0, which counts and answers them)."""
 
     def __init__(self, spoke_keys: list[int]) -> None:
         self.spoke_keys = spoke_keys
@@ -288,12 +299,9 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
                 "'from deploy.assets import omldm_jar; print(omldm_jar())') like the connector "
                 "jars (flink run -C file://…, or JobConfig.jars), or set max_batch_delay_ms=0 "
                 "(--max-batch-delay-ms 0)")
-        java_keys = gateway.new_array(gateway.jvm.int, len(spoke_keys))
-        for i, k in enumerate(spoke_keys):
-            java_keys[i] = k
         batcher = batcher_class(cfg.max_batch_delay_ms, cfg.max_batch_records, cfg.max_batch_bytes,
                                 cfg.sharding if cfg.sharding in JAVA_SHARDINGS else "keyed",
-                                java_keys)
+                                _java_ints(spoke_keys))
         keyed_bytes_type = Types.ROW([Types.INT(), bytes_type])
         batches = DataStream(rows._j_data_stream.transform(
             "batch-records", keyed_bytes_type.get_java_type_info(), batcher).uid("batch-records"))
@@ -318,9 +326,15 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
                                "requests").uid("requests-source").set_parallelism(1)
     feedback = env.from_source(feedback_source(cfg), no_wm,
                                "psMessages").uid("psMessages-source").set_parallelism(1)
-    messages = _keyed(requests.union(feedback)
-                      .flat_map(to_spokes, output_type=keyed_bytes)
-                      .name("to-spokes").uid("to-spokes").set_parallelism(1), bytes_type)
+    if batched:  # routed in the JVM (omldm.ToSpokes): a hub's answer skips a crossing
+        routed = DataStream(requests.union(feedback)._j_data_stream.flatMap(
+            get_gateway().jvm.omldm.ToSpokes(_java_ints(spoke_keys)),
+            keyed_bytes.get_java_type_info())
+            .name("to-spokes").uid("to-spokes").setParallelism(1))
+    else:
+        routed = (requests.union(feedback).flat_map(to_spokes, output_type=keyed_bytes)
+                  .name("to-spokes").uid("to-spokes").set_parallelism(1))
+    messages = _keyed(routed, bytes_type)
 
     # fresh type objects: a tag's pickling clears only its own Java type, not nested ones
     to_hubs_tag = OutputTag("to-hubs", Types.TUPLE([Types.INT(), Types.PRIMITIVE_ARRAY(Types.BYTE())]))

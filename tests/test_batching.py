@@ -34,7 +34,8 @@ def test_the_batcher_is_compiled_from_its_source_into_a_cached_jar():
     jar = omldm_jar()
     assert jar.name.startswith("omldm-java-") and omldm_jar() == jar  # cached by content
     with zipfile.ZipFile(jar) as zf:
-        assert {"omldm/RecordBatcher.class", "omldm/LineSplitter.class"} <= set(zf.namelist())
+        assert {"omldm/RecordBatcher.class", "omldm/LineSplitter.class",
+                "omldm/ToSpokes.class"} <= set(zf.namelist())
 
 
 def test_a_batch_carries_each_record_its_topic_and_its_order():
@@ -73,6 +74,44 @@ def test_predictions_cross_back_joined_and_java_splits_them_in_order():
         got = list(results)
     assert [orjson.loads(g)["id"] for g in got] == [1, 2, 3, 4]
     assert orjson.loads(got[-1])["s"] == "a\nb"  # an escaped newline inside JSON stays
+
+
+def test_java_routes_the_spokes_messages_exactly_as_python_does():
+    """With batching on, ``omldm.ToSpokes`` routes requests and the ``psMessages`` topic to
+    spoke keys in the JVM, so that a hub's answer skips a crossing into Python. On a real
+    MiniCluster it gives every input the keys ``job._ToSpokes`` (the path without
+    batching) gives: frames and sibling frames to their spoke, bare envelopes to their
+    destination, requests and garbage to every spoke, short or out-of-range ones to spoke
+    0."""
+    from pyflink.common import Types
+    from pyflink.datastream import DataStream
+    from pyflink.java_gateway import get_gateway
+
+    from flink_jobs.job import _java_ints, _ToSpokes, create_environment, hub_keys
+    from middleware import codec
+    from middleware.envelope import Envelope, Kind
+
+    keys = hub_keys(3)
+    env_bytes = codec.encode(Envelope(7, 0, 1, 1, 2, 5, 9, "push", Kind.REQUEST, {"w": [1.0]}))
+    inputs = [codec.frame(11, 0, 3, 7, 1, spoke) for spoke in (0, 1, 2, 3, 700)]
+    inputs += [codec.frame(11, 0, 3, 7, 1, 2, b"body")[:36],  # shorter than its header
+               codec.sibling_frame(codec.SiblingOp.DATA, 5, 0, 0, 7, 0, 2, env_bytes),
+               codec.sibling_frame(codec.SiblingOp.ACK, 5, 0, 0, 7, 2, 1)[:57],
+               env_bytes, env_bytes[:34], b'{"request": "Query", "id": 4}', b"\xfd{}",
+               b"not json", b""]
+    expected = [(row[0], bytes(row[1])) for data in inputs for row in _ToSpokes(keys)(data)]
+
+    flink = create_environment(JobConfig("k:9092", spokes=3, jars=(omldm_jar().as_uri(),)))
+    src = flink.from_collection([d.hex() for d in inputs], type_info=Types.STRING()).map(
+        bytes.fromhex, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))  # bytes can't come in
+    routed = DataStream(src._j_data_stream.flatMap(
+        get_gateway().jvm.omldm.ToSpokes(_java_ints(keys)),
+        Types.ROW([Types.INT(), Types.PRIMITIVE_ARRAY(Types.BYTE())]).get_java_type_info()))
+    with routed.execute_and_collect() as results:
+        got = [(row[0], bytes(b % 256 for b in row[1])) for row in results]  # signed in Java
+    assert sorted(got) == sorted(expected)  # (the map above may run in parallel)
+    assert [k for k, _ in expected[:5]] == [keys[0], keys[1], keys[2], keys[0], keys[0]]
+    assert sum(k == keys[0] for k, _ in expected) > 3 and len(expected) == len(inputs) + 4 * 2  # 4 to all 3
 
 
 def _kernel_outputs(learner: dict, batch: int | None, scores: bool = False) -> tuple[list, int]:
