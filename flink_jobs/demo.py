@@ -130,6 +130,7 @@ def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int
                 "fitted_per_spoke": final["fittedPerSpoke"],
                 "feedback_round_trip_ms_p50": _worst(final["spokes"], "roundTripMsP50"),
                 "feedback_round_trip_ms_p95": _worst(final["spokes"], "roundTripMsP95"),
+                "crossing_ms_p50": _worst(final["spokes"], "crossingMsP50"),
                 "spokes": spokes, "hubs": hubs, "execution_mode": execution_mode,
                 "streaming_seconds": t_done - t_stream,
             }

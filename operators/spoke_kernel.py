@@ -49,6 +49,7 @@ _TRAIN = "T"  # the SQL source's tag of training records; forecasting ones are "
 HUBS = "hubs"  # names of the kernel's outputs; None is the main output (predictions)
 SPOKES = "spokes"  # spoke→spoke sibling frames (operators.feedback), bytes, for psMessages
 _MESSAGES = (HUBS, SPOKES)  # the outputs a host may send on in the middle of a batch
+CROSSINGS_KEPT = 1000  # data crossings whose wall time a Query's percentiles are taken over
 
 
 class SpokeContext:
@@ -131,6 +132,11 @@ class SpokeContext:
             self.paused_at = time.time()
         self.pauses += 1
 
+    def crossing_ms(self) -> tuple[float, float] | None:
+        """p50 and p95 wall milliseconds of this spoke's last data crossings
+        (:meth:`SpokeKernel.crossing_percentiles`)."""
+        return self._op.crossing_percentiles()
+
     def paused_for(self) -> float | None:
         """Seconds since this pipeline's stream paused (None while it runs, or for a
         context restored from a snapshot taken before this was kept)."""
@@ -193,7 +199,13 @@ class SpokeKernel:
     reraise : bool
         After counting a node's failure (``handlerErrors``), raise it again instead of
         going on (the in-process kernel's tests; False in the job).
+    crossings_ms : deque[float] or None
+        Wall milliseconds of the last :data:`CROSSINGS_KEPT` data crossings
+        (:meth:`crossing_percentiles`); None before the first (and in a kernel restored
+        from a snapshot taken before they were kept).
     """
+
+    crossings_ms: deque | None = None
 
     def __init__(self, index: int, n_spokes: int, n_hubs: int, hub_keys: list[int],
                  limits: dict | None = None, execution_mode: str = "thread") -> None:
@@ -389,6 +401,7 @@ class SpokeKernel:
         instead of after it: the answer travels while this spoke works, which shortens
         the feedback round trip by up to one batch. What the host leaves in :attr:`out`
         stays in order."""
+        started = time.perf_counter()
         self._nudge()
         records = codec.read_batch(data)
         self.data_records += len(records)
@@ -402,6 +415,22 @@ class SpokeKernel:
                     yield
                 n = len(out)
         self._settle()
+        if self.crossings_ms is None:
+            self.crossings_ms = deque(maxlen=CROSSINGS_KEPT)
+        self.crossings_ms.append((time.perf_counter() - started) * 1000.0)
+
+    def crossing_percentiles(self) -> tuple[float, float] | None:
+        """``(p50, p95)`` wall milliseconds of the last :data:`CROSSINGS_KEPT` data
+        crossings (:meth:`batch_steps`, from its first record to its last prediction, the
+        host's handling of the pushes it yields included); None before the first. A hub's
+        answer that reaches a spoke in the middle of a crossing waits for its end: this is
+        that wait's scale (docs/performance.md, "Where the feedback round trip goes")."""
+        kept = self.crossings_ms
+        if not kept:
+            return None
+        ordered = sorted(kept)
+        last = len(ordered) - 1
+        return ordered[last // 2], ordered[(last * 95) // 100]
 
     def take_messages(self) -> list[tuple[str, Any]]:
         """Take the messages for hubs and other spokes (:data:`HUBS`, :data:`SPOKES`

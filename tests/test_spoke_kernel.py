@@ -171,6 +171,24 @@ def test_a_query_says_how_long_a_paused_spoke_waits_and_on_what():
     assert q["waitingOn"] == [] and q["pausedForS"] is None
 
 
+def test_a_query_gives_the_wall_time_of_the_spokes_crossings():
+    """Each spoke keeps the wall time of its last data crossings (batches) and a Query's
+    per-spoke details give their p50 and p95 in milliseconds (None before any batch, and
+    for records that came one per call): what a hub's answer may wait behind."""
+    w = Wire()
+    w.request(create(0, "Independent"))
+    node = w.spokes[0].nodes[0]
+    assert node.statistics()["crossingMsP50"] is None
+    w.data(0, "T", record(0))  # one record per call: no batch
+    assert node.statistics()["crossingMsP50"] is None
+    for b in range(20):
+        w.batch(0, [("T", record(i)) for i in range(10 * b, 10 * b + 10)])
+    q = node.statistics()
+    assert 0.0 < q["crossingMsP50"] <= q["crossingMsP95"] < 1000.0
+    assert len(w.spokes[0].crossings_ms) == 20
+    assert w.spokes[1].nodes[0].statistics()["crossingMsP95"] is None
+
+
 def test_a_batch_that_pauses_its_pipeline_midway_holds_the_rest_in_order():
     """Records of one batch (as ``omldm.RecordBatcher`` groups them in Java) are handled one
     by one: BSP pauses after its first mini-batch, inside the batch, and the rest of the

@@ -669,6 +669,8 @@ class PipelineSpoke(Node):
 
     def statistics(self) -> dict:
         paused_for = getattr(self.ctx, "paused_for", None)  # not every context keeps it
+        crossing = getattr(self.ctx, "crossing_ms", None)
+        crossing = crossing() if crossing else None
         return {
             "spoke": self.ctx.index, "fitted": self.fitted, "predicted": self.predicted,
             "rejected": self.rejected, "rejectedBy": dict(self.rejected_by),
@@ -678,6 +680,9 @@ class PipelineSpoke(Node):
             # a paused stream: how long, and the calls it waits on (then_sync)
             "pausedForS": paused_for() if paused_for else None,
             "waitingOn": self.waiting_on,
+            # wall ms of the spoke's data crossings: what a hub's answer may wait behind
+            "crossingMsP50": crossing[0] if crossing else None,
+            "crossingMsP95": crossing[1] if crossing else None,
             "layoutHeld": len(self._held),
             "layout": self.layout.to_json(), "network": self.stats.to_json(),
             "scaling": describe(self.pipeline.learner, self.scaling, self.mini_batch_size),
@@ -834,6 +839,7 @@ class PipelineHub(Node):
                 "layoutHeld": s.get("layoutHeld", 0), "fitErrors": s["fitErrors"], "lastError": s["lastError"],
                 "held": s.get("held", 0), "heldBytes": s.get("heldBytes", 0),
                 "pausedForS": s.get("pausedForS"), "waitingOn": s.get("waitingOn", []),
+                "crossingMsP50": s.get("crossingMsP50"), "crossingMsP95": s.get("crossingMsP95"),
                 "messagesSent": s["network"]["messages_sent"],
                 "bytesSent": s["network"]["bytes_sent"],
                 "messagesReceived": s["network"]["messages_received"],
