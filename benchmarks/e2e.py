@@ -58,8 +58,9 @@ acknowledgement of the record instead (the part the job and the predictions topi
 on this broker, acknowledgements of single-record requests fall behind while a job runs);
 ``feedback p50/p95`` the push → global-model round trip through Kafka, milliseconds,
 worst spoke (as ``omldm demo`` reports it); ``rec/x`` Kafka records per crossing into
-Python (the Query's ``dataRecords / dataBatches``; the JSON's ``crossing_ms_p50``/``_p95``:
-the wall time of a crossing, worst spoke, what a hub's answer may wait behind); ``cpu`` each kind of process's CPU
+Python (the Query's ``dataRecords / dataBatches``; the JSON's ``crossing_ms_p50``/``_p95``
+are the wall time of a crossing, worst spoke: what a hub's answer may wait behind);
+``cpu`` each kind of process's CPU
 time over the clock, as a share of one core (the machine's cores bound their sum), see
 :func:`cpu_seconds`; ``(jit)`` is the part of ``jvm`` its JIT compilers took. ``--json``
 rows hold all of these and the acknowledgement latency itself (``ack_ms_p50``/
