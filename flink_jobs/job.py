@@ -43,6 +43,7 @@ from pyflink.datastream.connectors.base import DeliveryGuarantee
 from pyflink.datastream.connectors.kafka import (KafkaOffsetsInitializer, KafkaRecordSerializationSchema,
                                                  KafkaSink, KafkaSource)
 from pyflink.java_gateway import get_gateway
+from pyflink.util.java_utils import to_jarray
 from pyflink.table import StreamTableEnvironment
 
 from flink_jobs.config import JobConfig
@@ -195,15 +196,6 @@ def _keyed(ds: DataStream, value_type) -> KeyedStream:
     return KeyedStream(j_keyed, value_type, ds)
 
 
-def _java_ints(values: list[int]):
-    """A Java ``int[]`` holding ``values``."""
-    gateway = get_gateway()
-    array = gateway.new_array(gateway.jvm.int, len(values))
-    for i, v in enumerate(values):
-        array[i] = v
-    return array
-
-
 class _ToSpokes:
     """Where the spokes' messages go, in Python, when records are not batched (batched,
     ``omldm.ToSpokes`` does the same in the JVM). Requests go to every spoke key; hub→spoke
@@ -301,7 +293,7 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
                 "(--max-batch-delay-ms 0)")
         batcher = batcher_class(cfg.max_batch_delay_ms, cfg.max_batch_records, cfg.max_batch_bytes,
                                 cfg.sharding if cfg.sharding in JAVA_SHARDINGS else "keyed",
-                                _java_ints(spoke_keys))
+                                to_jarray(gateway.jvm.int, spoke_keys))
         keyed_bytes_type = Types.ROW([Types.INT(), bytes_type])
         batches = DataStream(rows._j_data_stream.transform(
             "batch-records", keyed_bytes_type.get_java_type_info(), batcher).uid("batch-records"))
@@ -321,18 +313,18 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
 
     keyed_bytes = Types.ROW([Types.INT(), bytes_type])
     no_wm = WatermarkStrategy.no_watermarks()
-    to_spokes = _ToSpokes(spoke_keys)
     requests = env.from_source(_kafka_bytes_source(cfg, t.requests, cfg.max_fetch_bytes), no_wm,
                                "requests").uid("requests-source").set_parallelism(1)
     feedback = env.from_source(feedback_source(cfg), no_wm,
                                "psMessages").uid("psMessages-source").set_parallelism(1)
     if batched:  # routed in the JVM (omldm.ToSpokes): a hub's answer skips a crossing
         routed = DataStream(requests.union(feedback)._j_data_stream.flatMap(
-            get_gateway().jvm.omldm.ToSpokes(_java_ints(spoke_keys)),
+            get_gateway().jvm.omldm.ToSpokes(to_jarray(get_gateway().jvm.int, spoke_keys)),
             keyed_bytes.get_java_type_info())
             .name("to-spokes").uid("to-spokes").setParallelism(1))
     else:
-        routed = (requests.union(feedback).flat_map(to_spokes, output_type=keyed_bytes)
+        routed = (requests.union(feedback)
+                  .flat_map(_ToSpokes(spoke_keys), output_type=keyed_bytes)
                   .name("to-spokes").uid("to-spokes").set_parallelism(1))
     messages = _keyed(routed, bytes_type)
 

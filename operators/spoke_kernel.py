@@ -24,6 +24,7 @@ import time
 from collections import Counter, deque
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import orjson
 
 from learning.errors import RequestError
@@ -425,12 +426,10 @@ class SpokeKernel:
         host's handling of the pushes it yields included); None before the first. A hub's
         answer that reaches a spoke in the middle of a crossing waits for its end: this is
         that wait's scale (docs/performance.md, "Where the feedback round trip goes")."""
-        kept = self.crossings_ms
-        if not kept:
+        if not self.crossings_ms:
             return None
-        ordered = sorted(kept)
-        last = len(ordered) - 1
-        return ordered[last // 2], ordered[(last * 95) // 100]
+        p50, p95 = np.percentile(self.crossings_ms, (50, 95))
+        return float(p50), float(p95)
 
     def take_messages(self) -> list[tuple[str, Any]]:
         """Take the messages for hubs and other spokes (:data:`HUBS`, :data:`SPOKES`
