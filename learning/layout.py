@@ -140,9 +140,13 @@ def inspect_record(features: Any, label: Any, labelled: bool) -> tuple[int, str 
         _check_features(features)
     if not labelled:
         return len(features), None
-    if label is None:
-        raise RecordRejected("a training record needs a 'label' for this learner", "label_missing")
-    return len(features), label_kind(label)
+    kind = _SCALARS.get(type(label))
+    if kind is None or kind == "string":  # the checks that can fail (label_kind)
+        if label is None:
+            raise RecordRejected("a training record needs a 'label' for this learner",
+                                 "label_missing")
+        kind = label_kind(label)
+    return len(features), kind
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from learning.learners.base import Learner, as_labels, as_matrix, label_key
+from learning.learners.base import Learner, as_labels, as_matrix
 from learning.preprocessors.base import Preprocessor
 
 __all__ = ["Pipeline"]
@@ -155,8 +155,10 @@ class Pipeline:
         if getattr(self.learner, "task", "classification") != "classification":
             n_correct = 0  # accuracy means nothing here
         else:
+            # label_key(p) == label_key(t), without building the keys: labels are JSON
+            # scalars, whose type names are their types
             n_correct = sum(1 for p, t in zip(predictions, labels)
-                            if p is not None and label_key(p) == label_key(t))
+                            if p == t and type(p) is type(t))
         if with_proba:
             return predictions, n_correct, float(loss_sum), proba
         return predictions, n_correct, float(loss_sum)

@@ -470,7 +470,7 @@ class SpokeKernel:
             self._dead(raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace"),
                        RecordRejected(f"not valid JSON: {exc}", "not_json"))
             return
-        recs = self._records(obj, True)
+        recs = [obj] if type(obj) is dict and "features" in obj else self._records(obj, True)
         if not recs:
             return
         if not self.nodes:

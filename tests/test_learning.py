@@ -113,6 +113,45 @@ def test_binary_pa_equals_river(mode, C, learn_intercept):
     assert loss > 0
 
 
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_pa_sparse_walk_is_one_record_at_a_time(shuttle, digits, mode):
+    """Where few records move the model, PA scores the records ahead at once and walks to
+    the next positive loss: the same model, predictions and loss, bit for bit, as one
+    record at a time (Shuttle: few updates; digits: many, and labels that arrive in the
+    middle of a mini-batch; both with prequentially scaled test records)."""
+    from learning.learners import passive_aggressive
+
+    streams = [(shuttle[0][:6000], shuttle[1][:6000], 32), (digits[0][:1500], digits[1][:1500], 16),
+               (shuttle[0][:3000], shuttle[1][:3000], 300)]  # blocks beyond the row cache
+    for X, y, batch in streams:
+        runs = []
+        for share in (1.0, 0.0):  # one record at a time; the walk on every mini-batch
+            pa, scaler = PAClassifier(C=0.01, mode=mode), StandardScaler()
+            out = []
+            for i in range(0, len(X), batch):
+                X_test, X_learn = scaler.prequential_transform(X[i:i + batch])
+                pa._update_share = share
+                out.append(pa.test_then_train(X_learn, y[i:i + batch], X_test=X_test))
+            runs.append((pa.get_params(), out))
+        (w_one, one), (w_walk, walk) = runs
+        assert np.array_equal(w_one, w_walk) and one == walk
+    assert passive_aggressive.SPARSE_UPDATES < 1.0
+    # a stream that moves the model rarely goes to the walk by itself, and a score that
+    # is not finite sends the rest of the mini-batch one record at a time
+    pa = PAClassifier(C=0.01)
+    for i in range(0, 3000, 32):
+        pa.test_then_train(shuttle[0][i:i + 32], shuttle[1][i:i + 32])
+    assert pa._update_share <= passive_aggressive.SPARSE_UPDATES
+    X = shuttle[0][3000:3032].astype(np.float64)
+    X[5, 2] = np.nan  # (the job refuses such a record before any learner sees it)
+    twin = PAClassifier.from_json(pa.to_json())
+    twin._update_share = 1.0
+    (p_walk, loss_walk), (p_one, loss_one) = (
+        model.test_then_train(X, shuttle[1][3000:3032]) for model in (pa, twin))
+    assert p_walk == p_one and np.array_equal([loss_walk], [loss_one], equal_nan=True)
+    assert np.array_equal(pa.get_params(), twin.get_params(), equal_nan=True)
+
+
 def test_standard_scaler_equals_river():
     rng = np.random.default_rng(3)
     X = rng.normal(5.0, 3.0, size=(300, 4)).round(1)

@@ -44,10 +44,17 @@ def as_labels(y: Any) -> list:
     ValueError
         If a label is None, NaN or not a JSON scalar.
     """
-    labels = y.tolist() if isinstance(y, np.ndarray) else [
-        v.item() if isinstance(v, np.generic) else v for v in y]
-    for v in labels:
-        if type(v) not in LABEL_TYPES or (type(v) is float and math.isnan(v)):
+    labels = y.tolist() if isinstance(y, np.ndarray) else list(y)
+    for i, v in enumerate(labels):  # one pass: this runs on every mini-batch
+        t = type(v)
+        if t is float:
+            if v != v:
+                raise ValueError(f"labels must be bool, int, float or str, got {v!r}")
+        elif t not in LABEL_TYPES:
+            if isinstance(v, np.generic):
+                labels[i] = v = v.item()
+                if type(v) in LABEL_TYPES and v == v:
+                    continue
             raise ValueError(f"labels must be bool, int, float or str, got {v!r}")
     return labels
 

@@ -18,6 +18,11 @@ from learning.learners.linear import LinearClassifier
 __all__ = ["PAClassifier"]
 
 _NEG_INF = float("-inf")
+#: the average share of records that moved the model (an exponential average over
+#: mini-batches, weight 1/4 for the last) at or under which :meth:`PAClassifier._stream`
+#: walks from one positive loss to the next instead of one record at a time
+SPARSE_UPDATES = 0.15
+_ROWS = np.arange(256)
 
 
 class PAClassifier(LinearClassifier):
@@ -118,6 +123,10 @@ class PAClassifier(LinearClassifier):
         check_stored(self)
         self._init_model()
 
+    #: :data:`SPARSE_UPDATES`' average, a property of the stream, not of the model: not
+    #: saved, and a new or loaded learner starts one record at a time
+    _update_share = 1.0
+
     def step_size(self) -> str | None:
         """``"C"`` in modes 1 (PA-I, the step cap) and 2 (PA-II); None in mode 0, whose step
         ``l / ‖x‖²`` no hyperparameter sets (see ``C`` above)."""
@@ -125,7 +134,16 @@ class PAClassifier(LinearClassifier):
 
     def _stream(self, X: np.ndarray, labels: list, X_test: np.ndarray | None,
                 want_predictions: bool) -> tuple[list | None, float]:
-        """One PA step per record (see :meth:`LinearClassifier._stream`)."""
+        """One PA step per record (see :meth:`LinearClassifier._stream`).
+
+        Where few records move the model (an average of at most :data:`SPARSE_UPDATES`
+        of the recent mini-batches' records, e.g. 2% on Shuttle, 26-61% on the
+        experiment's other streams), the records ahead are scored in one call and walked
+        to the next one with a positive loss, which is learned as below, and the rest
+        scored again: each record's scores are the same products as one record at a
+        time gives, so the model, the predictions and the loss are the same bit for bit,
+        in a few numpy calls per update instead of a few per record.
+        """
         n, d = X.shape
         XA, XU = self._augmented(X, X_test)  # (n, 1|2, d+1) as learned/predicted; steps
         sq = np.einsum("ij,ij->i", X, X).tolist()
@@ -139,7 +157,59 @@ class PAClassifier(LinearClassifier):
         K = len(classes)
         predictions = [None] * n if want_predictions else None
         loss_sum = 0.0
-        for i in range(n):
+        updates = 0
+        sparse = self._update_share <= SPARSE_UPDATES
+        yarr = np.asarray(yidx) if sparse else None
+        slow = False  # the next record goes one at a time (a new label, scores not finite)
+        i = -1
+        while True:
+            i += 1
+            if i >= n:
+                break
+            if sparse and K >= 2 and not slow:
+                # scores of records i.. with the model as it is: (m, 1|2, K)
+                S = XA[i:] @ WbT
+                if not np.isfinite(S).all():  # Python's max and numpy's argmax part ways
+                    sparse = False  # on NaN: the rest one at a time, as always
+                    i -= 1
+                    continue
+                m = n - i
+                rows = _ROWS[:m] if m <= len(_ROWS) else np.arange(m)
+                yb = yarr[i:]
+                Sl = S[:, -1, :].copy()
+                sy = Sl[rows, yb]
+                Sl[rows, yb] = _NEG_INF
+                r = Sl.argmax(axis=1)
+                loss = 1.0 - sy + Sl[rows, r]
+                hits = np.flatnonzero((loss > 0.0) | (yb < 0))
+                t = i + int(hits[0]) if hits.size else n
+                new_label = t < n and yidx[t] < 0
+                if want_predictions:
+                    upto = t if new_label or t == n else t + 1
+                    for j, k in enumerate(S[:upto - i, 0, :].argmax(axis=1).tolist(), i):
+                        predictions[j] = classes[k]
+                if t == n:
+                    break
+                if new_label:  # record t one at a time: it adds a row
+                    i, slow = t - 1, True
+                    continue
+                lt, ri = float(loss[t - i]), int(r[t - i])
+                i = t
+                loss_sum += lt
+                yi, q = yidx[t], sq[t]
+                if mode == 1:
+                    tau = min(C, lt / q) if q > 0.0 else 0.0
+                elif mode == 0:
+                    tau = lt / q if q > 0.0 else 0.0
+                else:
+                    tau = lt / (q + half_C)
+                if tau > 0.0:
+                    u = XU[t] * (0.5 * tau)
+                    Wb[yi] += u
+                    Wb[ri] -= u
+                    updates += 1
+                continue
+            slow = False
             if K >= 2:
                 S = (XA[i] @ WbT).tolist()
                 if want_predictions:
@@ -152,6 +222,8 @@ class PAClassifier(LinearClassifier):
                 self._add_labels([labels[i]])
                 Wb, WbT, K = self._Wb, self._Wb.T, K + 1
                 yidx[i:] = index.rows(labels[i:])
+                if sparse:
+                    yarr = np.asarray(yidx)
                 yi = yidx[i]
                 if K < 2:
                     continue
@@ -177,4 +249,7 @@ class PAClassifier(LinearClassifier):
                 u = XU[i] * (0.5 * tau)
                 Wb[yi] += u
                 Wb[sl.index(sr)] -= u
+                updates += 1
+        if n:
+            self._update_share = 0.75 * self._update_share + 0.25 * updates / n
         return predictions, loss_sum
