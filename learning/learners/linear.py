@@ -116,7 +116,8 @@ class LinearClassifier(Learner, abc.ABC):
         column of ones; ``XU`` (n, d + 1) is the update direction, whose intercept column
         is 0 when ``learn_intercept`` is off."""
         n, d = X.shape
-        XA = np.ones((n, 1 if X_test is None else 2, d + 1))
+        XA = np.empty((n, 1 if X_test is None else 2, d + 1))  # (np.ones lets go of the GIL)
+        XA[:, :, d] = 1.0
         XA[:, -1, :d] = X
         if X_test is not None:
             XA[:, 0, :d] = X_test

@@ -23,6 +23,7 @@ _NEG_INF = float("-inf")
 #: walks from one positive loss to the next instead of one record at a time
 SPARSE_UPDATES = 0.15
 _ROWS = np.arange(256)
+_COLS = np.arange(256)
 
 
 class PAClassifier(LinearClassifier):
@@ -169,31 +170,34 @@ class PAClassifier(LinearClassifier):
             if sparse and K >= 2 and not slow:
                 # scores of records i.. with the model as it is: (m, 1|2, K)
                 S = XA[i:] @ WbT
-                if not np.isfinite(S).all():  # Python's max and numpy's argmax part ways
-                    sparse = False  # on NaN: the rest one at a time, as always
+                if not np.isfinite(S).all():  # on NaN numpy's max and Python's part ways:
+                    sparse = False  # the rest one at a time, as always
                     i -= 1
                     continue
                 m = n - i
                 rows = _ROWS[:m] if m <= len(_ROWS) else np.arange(m)
+                cols = _COLS[:K] if K <= len(_COLS) else np.arange(K)
                 yb = yarr[i:]
+                # (no argmax and no 2-D fancy assignment: numpy lets go of the GIL in
+                # them, and in thread mode that hands the interpreter to another spoke)
                 Sl = S[:, -1, :].copy()
                 sy = Sl[rows, yb]
-                Sl[rows, yb] = _NEG_INF
-                r = Sl.argmax(axis=1)
-                loss = 1.0 - sy + Sl[rows, r]
+                np.copyto(Sl, _NEG_INF, where=cols == yb[:, None])
+                loss = 1.0 - sy + Sl.max(axis=1)
                 hits = np.flatnonzero((loss > 0.0) | (yb < 0))
                 t = i + int(hits[0]) if hits.size else n
                 new_label = t < n and yidx[t] < 0
                 if want_predictions:
                     upto = t if new_label or t == n else t + 1
-                    for j, k in enumerate(S[:upto - i, 0, :].argmax(axis=1).tolist(), i):
-                        predictions[j] = classes[k]
+                    for j, st in enumerate(S[:upto - i, 0, :].tolist(), i):
+                        predictions[j] = classes[st.index(max(st))]
                 if t == n:
                     break
                 if new_label:  # record t one at a time: it adds a row
                     i, slow = t - 1, True
                     continue
-                lt, ri = float(loss[t - i]), int(r[t - i])
+                sl = Sl[t - i].tolist()
+                lt, ri = float(loss[t - i]), sl.index(max(sl))
                 i = t
                 loss_sum += lt
                 yi, q = yidx[t], sq[t]
