@@ -121,15 +121,20 @@ def test_pa_sparse_walk_is_one_record_at_a_time(shuttle, digits, mode):
     middle of a mini-batch; both with prequentially scaled test records)."""
     from learning.learners import passive_aggressive
 
-    streams = [(shuttle[0][:6000], shuttle[1][:6000], 32), (digits[0][:1500], digits[1][:1500], 16),
-               (shuttle[0][:3000], shuttle[1][:3000], 300)]  # blocks beyond the row cache
-    for X, y, batch in streams:
+    zeros = shuttle[0][:4000].astype(np.float64)
+    zeros[::7] = 0.0  # records whose step is 0 (‖x‖² = 0) although their loss is not
+    streams = [(shuttle[0][:6000], shuttle[1][:6000], 32, True),
+               (digits[0][:1500], digits[1][:1500], 16, True),
+               (shuttle[0][:3000], shuttle[1][:3000], 300, True),  # beyond the row cache
+               (zeros, shuttle[1][:4000], 32, False)]  # unscaled: one view per record
+    for X, y, batch, scaled in streams:
         runs = []
         for share in (1.0, 0.0):  # one record at a time; the walk on every mini-batch
             pa, scaler = PAClassifier(C=0.01, mode=mode), StandardScaler()
             out = []
             for i in range(0, len(X), batch):
-                X_test, X_learn = scaler.prequential_transform(X[i:i + batch])
+                X_test, X_learn = (scaler.prequential_transform(X[i:i + batch]) if scaled
+                                   else (None, X[i:i + batch]))
                 pa._update_share = share
                 out.append(pa.test_then_train(X_learn, y[i:i + batch], X_test=X_test))
             runs.append((pa.get_params(), out))
