@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from learning.hyperparameters import Hyperparameter, check_stored
+from learning.learners.passive_aggressive import pa_step
 from learning.learners.regressor import LinearRegressor
 
 __all__ = ["PARegressor"]
@@ -146,13 +147,7 @@ class PARegressor(LinearRegressor):
             loss = abs(err) - eps
             if loss <= 0.0:
                 continue
-            q = sq[i]
-            if mode == 1:
-                tau = min(C, loss / q) if q > 0.0 else 0.0
-            elif mode == 0:
-                tau = loss / q if q > 0.0 else 0.0
-            else:
-                tau = loss / (q + half_C)
+            tau = pa_step(loss, sq[i], C, mode, half_C)
             if tau > 0.0:
                 wb += XU[i] * (tau if err > 0.0 else -tau)
         return predictions

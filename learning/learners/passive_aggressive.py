@@ -15,7 +15,7 @@ import numpy as np
 from learning.hyperparameters import Hyperparameter, check_stored
 from learning.learners.linear import LinearClassifier
 
-__all__ = ["PAClassifier"]
+__all__ = ["PAClassifier", "pa_step"]
 
 _NEG_INF = float("-inf")
 #: the average share of records that moved the model (an exponential average over
@@ -24,6 +24,28 @@ _NEG_INF = float("-inf")
 SPARSE_UPDATES = 0.15
 _ROWS = np.arange(256)
 _COLS = np.arange(256)
+
+
+def pa_step(loss: float, q: float, C: float, mode: int, half_C: float) -> float:
+    """τ, the step of a record with ``loss > 0`` and ``q = ‖x‖²`` (Crammer et al. 2006 §3):
+    ``min(C, l/q)`` (PA-I, ``mode`` 1), ``l/q`` (PA, 0), ``l/(q + 1/(2C))`` (PA-II, 2;
+    ``half_C`` is ``1/(2C)``); 0 for a zero record in modes 0 and 1."""
+    if mode == 1:
+        return min(C, loss / q) if q > 0.0 else 0.0
+    if mode == 0:
+        return loss / q if q > 0.0 else 0.0
+    return loss / (q + half_C)
+
+
+def _learn(Wb: np.ndarray, x: np.ndarray, yi: int, ri: int, tau: float) -> int:
+    """The multi-class PA update of ``Wb`` (K, d+1) in place: row ``yi`` (the label) moves
+    by ``τ/2 · x``, row ``ri`` (the best rival) by ``−τ/2 · x``; returns 1 if it moved."""
+    if tau > 0.0:
+        u = x * (0.5 * tau)
+        Wb[yi] += u
+        Wb[ri] -= u
+        return 1
+    return 0
 
 
 class PAClassifier(LinearClassifier):
@@ -200,18 +222,7 @@ class PAClassifier(LinearClassifier):
                 lt, ri = float(loss[t - i]), sl.index(max(sl))
                 i = t
                 loss_sum += lt
-                yi, q = yidx[t], sq[t]
-                if mode == 1:
-                    tau = min(C, lt / q) if q > 0.0 else 0.0
-                elif mode == 0:
-                    tau = lt / q if q > 0.0 else 0.0
-                else:
-                    tau = lt / (q + half_C)
-                if tau > 0.0:
-                    u = XU[t] * (0.5 * tau)
-                    Wb[yi] += u
-                    Wb[ri] -= u
-                    updates += 1
+                updates += _learn(Wb, XU[t], yidx[t], ri, pa_step(lt, sq[t], C, mode, half_C))
                 continue
             slow = False
             if K >= 2:
@@ -242,18 +253,7 @@ class PAClassifier(LinearClassifier):
             if loss <= 0.0:
                 continue
             loss_sum += loss
-            q = sq[i]
-            if mode == 1:
-                tau = min(C, loss / q) if q > 0.0 else 0.0
-            elif mode == 0:
-                tau = loss / q if q > 0.0 else 0.0
-            else:
-                tau = loss / (q + half_C)
-            if tau > 0.0:
-                u = XU[i] * (0.5 * tau)
-                Wb[yi] += u
-                Wb[sl.index(sr)] -= u
-                updates += 1
+            updates += _learn(Wb, XU[i], yi, sl.index(sr), pa_step(loss, sq[i], C, mode, half_C))
         if n:
             self._update_share = 0.75 * self._update_share + 0.25 * updates / n
         return predictions, loss_sum
