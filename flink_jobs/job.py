@@ -273,6 +273,8 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
             {options}
         )""")
     spoke_keys = hub_keys(cfg.spokes)  # the key that lands on spoke subtask i, for each i
+    gateway = get_gateway()
+    j_spoke_keys = to_jarray(gateway.jvm.int, spoke_keys)  # for omldm's Java operators
     key = _shard_key(cfg, spoke_keys)
     bytes_type = Types.PRIMITIVE_ARRAY(Types.BYTE())
     if batched:  # one crossing per batch: omldm.RecordBatcher (flink_jobs/java)
@@ -283,7 +285,6 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
         rows = t_env.to_append_stream(
             t_env.sql_query(f"SELECT {key} AS k, `topic` <> '{t.forecasting}' AS t, `v`{label} "
                             f"FROM {table}"), Types.ROW(columns))
-        gateway = get_gateway()
         batcher_class = gateway.jvm.omldm.RecordBatcher
         if not isinstance(batcher_class, JavaClass):  # py4j's JavaPackage: not on the classpath
             raise RuntimeError(
@@ -293,7 +294,7 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
                 "(--max-batch-delay-ms 0)")
         batcher = batcher_class(cfg.max_batch_delay_ms, cfg.max_batch_records, cfg.max_batch_bytes,
                                 cfg.sharding if cfg.sharding in JAVA_SHARDINGS else "keyed",
-                                to_jarray(gateway.jvm.int, spoke_keys))
+                                j_spoke_keys)
         keyed_bytes_type = Types.ROW([Types.INT(), bytes_type])
         batches = DataStream(rows._j_data_stream.transform(
             "batch-records", keyed_bytes_type.get_java_type_info(), batcher).uid("batch-records"))
@@ -319,7 +320,7 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
                                "psMessages").uid("psMessages-source").set_parallelism(1)
     if batched:  # routed in the JVM (omldm.ToSpokes): a hub's answer skips a crossing
         routed = DataStream(requests.union(feedback)._j_data_stream.flatMap(
-            get_gateway().jvm.omldm.ToSpokes(to_jarray(get_gateway().jvm.int, spoke_keys)),
+            gateway.jvm.omldm.ToSpokes(j_spoke_keys),
             keyed_bytes.get_java_type_info())
             .name("to-spokes").uid("to-spokes").setParallelism(1))
     else:
@@ -346,7 +347,7 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
     predictions = spokes
     if batched:  # one string per crossing back, split in Java (omldm.LineSplitter)
         predictions = DataStream(spokes._j_data_stream.flatMap(
-            get_gateway().jvm.omldm.LineSplitter(), Types.STRING().get_java_type_info())
+            gateway.jvm.omldm.LineSplitter(), Types.STRING().get_java_type_info())
             .name("split-predictions").uid("split-predictions").setParallelism(cfg.spokes))
     hubs = (spokes.get_side_output(to_hubs_tag)
             .key_by(lambda m: m[0], key_type=Types.INT())
