@@ -64,8 +64,14 @@ from collections import Counter, deque
 from typing import Sequence
 
 import numpy as np
-from river import metrics as rm
-from river import stats
+
+from learning.native import import_in_own_thread
+
+# river's metrics import scipy.stats, whose pybind11 bindings hang if first imported on a
+# task thread of PyFlink's thread mode (learning.native)
+import_in_own_thread("river.metrics", "river.stats")
+from river import metrics as rm  # noqa: E402
+from river import stats  # noqa: E402
 
 __all__ = ["QualityState", "ConfusionCounts", "ErrorMoments", "BinaryScores", "report",
            "values", "classification_values", "CHUNKS_PER_WINDOW", "SUPERVISED_TASKS"]

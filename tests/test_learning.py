@@ -405,3 +405,27 @@ def test_shape_errors():
     with pytest.raises(ValueError):
         pa.fit(np.ones((1, 3)), [None])
     assert isinstance(pa, Learner)
+
+
+def test_native_modules_are_imported_on_a_thread_of_their_own(tmp_path, monkeypatch):
+    """``learning.native.import_in_own_thread``: the module runs its top level on a new
+    Python thread (where pybind11's first ``PyGILState_Ensure`` finds that thread's own
+    state, not one of pemja's), the caller then finds it in ``sys.modules``, a module
+    imported already is not imported again, and an import error reaches the caller."""
+    import sys
+    import threading
+
+    from learning.native import import_in_own_thread
+
+    (tmp_path / "omldm_probe_native.py").write_text(
+        "import threading\nTHREAD = threading.current_thread().name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "omldm_probe_native", raising=False)
+    import_in_own_thread("omldm_probe_native")
+    probe = sys.modules["omldm_probe_native"]
+    assert probe.THREAD == "omldm-native-import" != threading.current_thread().name
+    import_in_own_thread("omldm_probe_native")  # imported: nothing happens
+    assert sys.modules["omldm_probe_native"] is probe
+    with pytest.raises(ImportError):
+        import_in_own_thread("omldm_no_such_module_anywhere")
+    assert "river.metrics" in sys.modules  # learning.metrics imported it so
