@@ -243,7 +243,11 @@ def _pa_runs(naive: float, linear: float, sketch: float, basic: float,
 #: behind at 1/5.0 (3 runs; summing: 0.0228 at 1/5.1), at 0.0075 with 16 coefficients
 #: 0.0193 at 1/4.7.
 SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
-    "shuttle": _pa_runs(0.04, 0.04, 0.04, 0.04, 0.04),
+    # Shuttle tuned again on a grid that goes higher (``benchmarks/tune_thresholds.py
+    # --dataset shuttle --grid 0.32,0.16,0.08,0.04``, 2026-11-27): every variant is within
+    # 0.0005 of centralized at every threshold, as independent learners are, and at 0.32
+    # ends at most one round, 1/42.7-1/64.9 of BSP's bytes (at 0.04: 1/6.1-1/19.9)
+    "shuttle": _pa_runs(0.32, 0.32, 0.32, 0.32, 0.32),
     "digits": [
         ("Independent", None, {}),
         ("Asynchronous", None, {}),
@@ -287,8 +291,13 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
     "rbf": _pa_runs(0.02, 0.01, 0.01, 0.02, 0.005),
     "led": _pa_runs(0.04, 0.04, 0.04, 0.04, 0.04, diverse=(
         "naive", "linear", "sketch", "basic", "fast")),
-    "hyperplane": _pa_runs(0.04, 0.04, 0.005, 0.04, 0.04, averaged=(
-        "Asynchronous", "naive", "linear", "basic", "fast")),
+    # FDA sketch under ``diversity`` at 0.03 (Flink, three runs each): 0.0077 behind
+    # centralized at 1/8.3 of BSP's bytes with its float64 polls at once (2026-11-26), 0.0087
+    # at 1/10.9 since the exact drift of its 22-parameter model gets FGM subrounds and
+    # float32 polls and responses no longer carry their method's name (2026-11-27;
+    # learning.protocols.fda, SMALL_STATE); summed at 0.005 it was 0.0040 behind at 1/2.1
+    "hyperplane": _pa_runs(0.04, 0.04, 0.03, 0.04, 0.04, averaged=(
+        "Asynchronous", "naive", "linear", "basic", "fast"), diverse=("sketch",)),
 }
 
 

@@ -26,6 +26,8 @@ Envelope wire format, little-endian::
     dst_index u16 | seq u64 | call_id u64 | kind u8 | method_len u16 | meta_len u32 |
     method (utf-8) | meta (JSON, orjson) | array blobs (raw bytes, concatenated)
 
+A RESPONSE's method is empty: its ``call_id`` names the call (:meth:`middleware.node.Node._send`).
+
 0xFF never starts valid UTF-8, so envelopes can share a stream with JSON control
 messages. The JSON meta holds the payload with every numpy array replaced by
 ``{"__nd__": [offset, nbytes, dtype, shape]}``; the array's bytes are its little-endian

@@ -641,6 +641,28 @@ def test_statistics_count_messages_and_bytes_by_kind():
     orjson.dumps(summary)
 
 
+def test_a_response_travels_without_its_method_name(monkeypatch):
+    """A RESPONSE names its call by ``call_id`` alone: its method's name stays off the
+    wire (17 of the 56 bytes of FDA's answer to an increment), while requests and errors
+    keep theirs, answers still reach their callers and the per-method statistics still
+    count the response under its method."""
+    from middleware import codec
+    wire: list[bytes] = []
+    encode_ = codec.encode
+    monkeypatch.setattr(codec, "encode", lambda env: wire.append(encode_(env)) or wire[-1])
+    net = network(n_spokes=1, n_hubs=1)
+    spoke, hub = net.spokes[0], net.hubs[0]
+    got, errors = [], []
+    spoke.peers[0].add(1, 2).then(got.append)
+    spoke.peers[0].boom(0).on_error(errors.append)
+    net.run()
+    assert got == [3] and len(errors) == 1 and "boom" in str(errors[0])
+    sent = {(e.kind, e.method) for e in map(decode, wire)}
+    assert sent == {(Kind.REQUEST, "add"), (Kind.REQUEST, "boom"), (Kind.RESPONSE, ""),
+                    (Kind.ERROR, "boom")}
+    assert hub.stats.sent_by_method["add"] == 1
+
+
 def test_statistics_count_duplicates():
     net = network(n_spokes=1, n_hubs=1, duplicate=0.5, seed=1)
     for x in range(50):

@@ -659,7 +659,8 @@ def test_fda_never_lets_the_model_variance_exceed_theta(variant):
     """An exact simulation (every message delivered before the next record): whenever
     the monitoring is quiescent, and at every coordinator check that lets the round go
     on, the true variance is ≤ Θ; rounds end only when F(S) > Θ may hold. (The sketch
-    variant on this 6-parameter model uses the exact drift, not an AMS sketch.)"""
+    variant on this 6-parameter model uses the exact drift, not an AMS sketch, polled as
+    float32.)"""
     k, theta = 4, 0.05
     X, y = regression(4000, seed=11)
     net = network(create("FDA", batch=4, threshold=theta, variant=variant), k, 1)
@@ -682,9 +683,12 @@ def test_fda_never_lets_the_model_variance_exceed_theta(variant):
     stream(net, X, y, every=1, after=after)
     assert len(seen) == len(X) and max(seen) <= theta
     conts = [(f, v) for a, f, v in at_checks if a == "continue"]
-    assert conts and all(v <= f + 1e-12 <= theta for f, v in conts)  # F(S) bounds the variance
+    # F(S) bounds the variance; the sketch variant's states travel as float32, so up to
+    # float32 rounding there
+    slack = 1e-5 * theta if variant == "sketch" else 1e-12
+    assert conts and all(v <= f + slack and f <= theta for f, v in conts)
     if variant == "sketch":  # the exact state: F(S) is the variance itself (eq. 4.8)
-        assert all(abs(f - v) < 1e-9 for f, v in conts)
+        assert all(abs(f - v) <= 1e-5 * theta for f, v in conts)
         assert all(len(s.local_state()) == 1 + 6 for s in net.spokes)
     assert all(f > (1 - 0.01) * theta for a, f, _ in at_checks if a == "sync")
     rounds = hub.rounds
@@ -706,9 +710,10 @@ def test_fda_linear_and_sketch_end_fewer_rounds_than_naive_and_sketch_is_probabl
         hubs[variant] = net.hubs[0].global_statistics()
     assert rounds["linear"] < rounds["naive"] and rounds["sketch"] < rounds["naive"]
     assert worst["sketch"] <= theta  # holds with probability 1 − δ per check; seen on this stream
-    # the 6-parameter model is monitored with its exact drift (7 floats a state): a poll
-    # costs what an FGM subround costs, so the coordinator always polls
-    assert hubs["sketch"]["subrounds"] == 0 and hubs["naive"]["subrounds"] == 0
+    # naive's state is one float: a poll costs what an FGM subround costs, so its
+    # coordinator always polls; the sketch variant's exact drift of the 6-parameter model
+    # (7 floats a state) may be settled by subrounds first
+    assert hubs["naive"]["subrounds"] == 0 and hubs["sketch"]["polls"] > 0
 
 
 def test_fda_sketch_of_a_model_larger_than_the_sketch():

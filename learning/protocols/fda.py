@@ -52,8 +52,8 @@ polls every spoke; the spokes answer with their states ``S_i`` and pause. If
 round ends with a model synchronization; otherwise ``E ← S`` is broadcast, every spoke
 builds the same safe function from it (:func:`safe_function` is deterministic, so ``φ``
 itself never travels) and monitoring goes on. Sketch-variant states of more than
-:data:`SMALL_STATE` floats (AMS sketches, or the exact drift of a model of more than 63
-parameters) and their ``E`` travel as float32 (the middleware's :class:`middleware.Float32`);
+:data:`SMALL_STATE` floats (AMS sketches, or the exact drift of a model of two parameters
+or more) and their ``E`` travel as float32 (the middleware's :class:`middleware.Float32`);
 a spoke keeps as ``R_i`` the rounded state it sent, so ``E`` is exactly the mean of the
 ``R_i``.
 
@@ -62,16 +62,25 @@ default precision), so before collecting states the coordinator first asks only 
 scalars ``z_i = φ(E + X_i)``: with ``ψ = Σ z_i``, if ``ψ < ε_ψ·k·φ(E)`` the estimate still
 has room and a new subround starts with quantum ``θ' = −ψ/(2k)`` and each spoke counting
 ``c_i = ⌊(φ(E + X_i) − z_i)/θ'⌋`` (again ``Σ c_i ≤ k ⇒ Σ φ ≤ ψ + 2kθ' = 0``); otherwise
-the states are polled as above. The exact drift of a model of more than 63 parameters
-gets the same subrounds (its one row function is scaled to −1 at ``E`` too): LED's
+the states are polled as above. The exact drift of a model gets the same subrounds
+(its one row function is scaled to −1 at ``E`` too): LED's
 250-parameter PA model, FDA sketch under ``diversity`` at 0.04, in process with messages
 every 500 records (seeds 0–2), polled 57–63 times a run instead of 89–95 and, with
 float32 polls, sent 1/11.3–1/12.0 of BSP's bytes instead of 1/6.8–1/7.3, at the same
 accuracy (0.7587–0.7592 against 0.7580–0.7584); on Flink (3 runs) 1/13.3 instead of
-1/7.7. For naive and linear the state is one or two floats, and for the exact drift of a
-model of at most 63 parameters at most :data:`SMALL_STATE`, so a poll costs about what a
-subround costs and tells more: they always poll (the coordinator learns which case holds
-from the last poll's state sizes).
+1/7.7. Small models too: a message's own framing (about 40 bytes of header, the
+method's name, a JSON list) is most of what a subround's scalars cost, while a poll of
+Hyperplane's 22-parameter model sends 23 floats each way. Subrounds and float32 polls
+took FDA sketch there (under ``diversity`` at 0.03, in process with messages every 500
+records, seeds 0–2) from 1/8.3 to 1/10.2 of BSP's bytes at the same accuracy (−0.0080 and
+−0.0078 against the centralized learner; on Flink, 3 runs, together with responses sent
+without their method's name: 1/10.9 at −0.0087 against 1/8.3 at −0.0077), and Phishing's
+(20 parameters) from 1/3.4 to 1/3.9; Shuttle's (20 too, and it hardly ever polls) from
+1/22.9 to 1/21.3 at its threshold then, 0.04, the subrounds' requests costing more than
+the polls they spare. Until then only models of more than 63 parameters had them. For
+naive and linear the state is one or two floats (at most :data:`SMALL_STATE`): a poll
+costs what a subround costs and tells more, so they always poll (the coordinator learns
+which case holds from the last poll's state sizes).
 
 Increments in the job (``waitOnIncrement``, default true). §4.0.5 assumes the coordinator
 hears an increment at once; in the Flink job the poll it causes comes back through Kafka
@@ -110,11 +119,13 @@ FDA_VARIANTS = ("naive", "linear", "sketch")
 #: a poll that finds F(S) above (1 − EPSILON_PSI)·Θ ends the round
 EPSILON_PSI = 0.01
 
-#: sketch variant: a local state of at most this many floats (the exact drift of a small
-#: model) is polled at once and travels as float64; a larger one (an AMS sketch, or the
-#: exact drift of a model of more than 63 parameters) is polled only after FGM subrounds
-#: (only the scalars ``φ(E + X_i)`` travel) and travels as float32
-SMALL_STATE = 64
+#: a local state of at most this many floats (FDA naive's and linear's, or the sketch
+#: variant's exact drift of a one-parameter model) is polled at once and travels as
+#: float64; a larger one of the sketch variant (an AMS sketch, or the exact drift of any
+#: larger model) is polled only after FGM subrounds (only the scalars ``φ(E + X_i)``
+#: travel) and travels as float32 (module docstring, "FGM subrounds": 64 until
+#: Hyperplane's 22-parameter model measured otherwise)
+SMALL_STATE = 2
 
 #: ``trainingConfiguration.threshold``: Θ of the RTC (eq. 4.1); EVENFLOW's T shares it
 THRESHOLD = Param("threshold", float, None, "Θ (FDA, model variance, eq. 4.1) or T (EVENFLOW, "
