@@ -460,7 +460,8 @@ def _show(value: bytes) -> str:
         try:
             e = codec.decode(value)
             return (f"{prefix}envelope network={e.network} {'spoke' if e.src_side == 0 else 'hub'} "
-                    f"{e.src_index} → {e.dst_index} seq={e.seq} {e.kind.name} {e.method} "
+                    f"{e.src_index} → {e.dst_index} seq={e.seq} {e.kind.name} "
+                    f"{e.method or f'to call {e.call_id}'} "
                     f"({len(value)} bytes)")
         except Exception as exc:  # show what it is, never crash the tail
             return f"malformed envelope ({len(value)} bytes): {exc}"

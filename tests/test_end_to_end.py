@@ -6,6 +6,7 @@ One job runs the full Shuttle stream once (module fixture); the tests read its r
 
 from __future__ import annotations
 
+import numpy as np
 import orjson
 import pytest
 
@@ -105,7 +106,10 @@ def test_hub_updates_reach_every_spoke_through_kafka(shuttle_run):
         every = [e for e in envs if e.dst_index == s["spoke"]]
         assert [e.seq for e in every] == list(range(len(every)))  # FIFO, none missing
         assert s["messagesReceived"] == len(every)
-        mine = [e for e in every if e.method not in ("agreed", "settle")]
+        # answers to pushes: a response names no method (its call_id does), so a global
+        # model tells them from the answer to the layout vote (``settle``, a dict or None)
+        mine = [e for e in every if e.kind is Kind.RESPONSE and isinstance(e.payload, list)
+                and isinstance(e.payload[0], np.ndarray)]
         assert mine, f"spoke {s['spoke']} got nothing"
         assert len(mine) == s["globalsReceived"]
         assert s["duplicatesDropped"] == 0
