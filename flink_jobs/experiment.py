@@ -280,7 +280,7 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
     # 0.9658): at 0.04 0.0175 and 0.0179 behind at 1/5.9 and 1/6.0 of BSP's bytes (summed at
     # 0.005: 0.0093 at 1/1.7); at 0.03 0.0160 at 1/4.8, at 0.05 0.0206 at 1/7.1 (in process,
     # messages every 500 records, 0.04: 0.0205 at 1/5.7). Under ``diversity`` the others
-    # were no better than their sums inside 0.02 at 5x: naive 0.0184 and 0.0206 at 1/5.5 at
+    # then gave: naive 0.0184 and 0.0206 at 1/5.5 at
     # 0.04 (0.0172 at 1/4.7 at 0.03), sketch 0.0211 at 1/4.7 at 0.02, EVENFLOW basic 0.0174
     # at 1/3.9 at 0.03 and 0.0210 at 1/4.7 at 0.04, fast with 8 coefficients 0.0207 at 1/6.5
     # at 0.0075 and 0.0216 at 1/5.0 at 0.005

@@ -22,8 +22,8 @@ _NEG_INF = float("-inf")
 #: mini-batches, weight 1/4 for the last) at or under which :meth:`PAClassifier._stream`
 #: walks from one positive loss to the next instead of one record at a time
 SPARSE_UPDATES = 0.15
-_ROWS = np.arange(256)
-_COLS = np.arange(256)
+#: 0, 1, …, 255: row and column indices of the walk's score blocks, made once
+_RANGE = np.arange(256)
 
 
 def pa_step(loss: float, q: float, C: float, mode: int, half_C: float) -> float:
@@ -197,8 +197,8 @@ class PAClassifier(LinearClassifier):
                     i -= 1
                     continue
                 m = n - i
-                rows = _ROWS[:m] if m <= len(_ROWS) else np.arange(m)
-                cols = _COLS[:K] if K <= len(_COLS) else np.arange(K)
+                rows = _RANGE[:m] if m <= len(_RANGE) else np.arange(m)
+                cols = _RANGE[:K] if K <= len(_RANGE) else np.arange(K)
                 yb = yarr[i:]
                 # (no argmax and no 2-D fancy assignment: numpy lets go of the GIL in
                 # them, and in thread mode that hands the interpreter to another spoke)
