@@ -314,7 +314,7 @@ class SessionCluster:
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def wait_for_taskmanagers(self, n: int, timeout: float = 120) -> list[dict]:
-        """Wait until the REST API lists at least ``n`` TaskManagers and all their slots;
+        """Wait until the REST API lists at least ``n`` TaskManagers and ``n`` × ``slots`` slots;
         return the list."""
         deadline = time.monotonic() + timeout
         last = "no answer"
@@ -323,9 +323,10 @@ class SessionCluster:
                 raise ClusterError(f"the JobManager died\n{self.log_tail()}")
             try:
                 tms = self.get("/taskmanagers")["taskmanagers"]
-                # a TaskManager is listed before its slot report reached the slot manager
+                # a TaskManager is listed before its slot report reached the slot manager,
+                # with slotsNumber 0 until then: count against the configured slots
                 slots = self.get("/overview")["slots-total"]
-                if len(tms) >= n and slots >= sum(tm["slotsNumber"] for tm in tms):
+                if len(tms) >= n and slots >= n * self.slots:
                     return tms
                 last = f"{len(tms)} of {n} TaskManagers registered, {slots} slots"
             except (OSError, ValueError) as e:
