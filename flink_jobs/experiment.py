@@ -271,7 +271,8 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
         # EVENFLOW basic at 2.5 (2026-11-27): at 1.5 it ended 30 rounds on Flink, 1/4.6 of
         # BSP's bytes at 0.0027 behind; in process (seeds 0-2, messages every 150 records)
         # 1.5 / 1.75 / 2.0 / 2.5 ended 29 / 27 / 26 / 23 rounds, 1/4.6 / 1/5.0 / 1/5.3 /
-        # 1/5.9 at 0.0035 / 0.0052 / 0.0059 / 0.0072 behind
+        # 1/5.9 at 0.0035 / 0.0052 / 0.0059 / 0.0072 behind; on Flink at 2.5 (three runs)
+        # 23 rounds, 1/6.1 at 0.0058 behind
         ("EVENFLOW", "basic", {"threshold": 2.5, "monitoredFunction": "l2"}),
         ("EVENFLOW", "fast", {"threshold": 0.4, "monitoredFunction": "l2", "coefficients": 50}),
         *TENSAIR_RUNS,
