@@ -1,5 +1,5 @@
-"""Imports of native (pybind11) extension modules that an interpreter embedded in the JVM
-survives: each in a Python thread of its own.
+"""Imports of native (pybind11) extension modules, and numba's compilations, that an
+interpreter embedded in the JVM survives: each in a Python thread of its own.
 
 PyFlink's thread mode runs every Python operator on pemja, one interpreter inside the
 TaskManager's JVM. A Flink task thread that hosts several chained Python operators (a
@@ -14,6 +14,8 @@ under ``PyInit__distance_pybind``, the others waiting for its import lock). The 
 in a thread that :mod:`threading` started finds its own state and goes through, and the
 module, once initialized, no longer asks. (PyTorch's bindings do it on every call and
 stay refused in thread mode: :attr:`learning.learners.base.Learner.needs_own_interpreter`.)
+numba's compiler calls back into Python from LLVM through ctypes, and a ctypes callback
+takes the GIL the same way: :mod:`learning.compiled` compiles in a thread of its own.
 """
 
 from __future__ import annotations
@@ -21,14 +23,44 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
+from typing import Callable, TypeVar
 
-__all__ = ["import_in_own_thread"]
+__all__ = ["import_in_own_thread", "run_in_own_thread"]
+
+T = TypeVar("T")
+
+
+def run_in_own_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` on a new Python thread, waited for; returns its result.
+
+    Raises
+    ------
+    BaseException
+        Whatever ``fn`` raised (re-raised here, on the caller's thread).
+    """
+    result: list = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # handed to the caller
+            failure.append(exc)
+
+    t = threading.Thread(target=run, name="omldm-native-import", daemon=True)
+    t.start()
+    t.join()
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 def import_in_own_thread(*names: str) -> None:
     """Import the modules ``names`` (dotted names, str) in a new Python thread and wait for
     it, unless every one is imported already; afterwards ``import name`` finds them in
-    ``sys.modules`` on any thread.
+    ``sys.modules`` on any thread. Not for a module of a package that the calling thread
+    is still importing: the new thread would wait for that package's import to end, and
+    the caller for the new thread.
 
     Raises
     ------
@@ -36,19 +68,5 @@ def import_in_own_thread(*names: str) -> None:
         Whatever importing one of them raised (re-raised here, on the caller's thread).
     """
     missing = [n for n in names if n not in sys.modules]
-    if not missing:
-        return
-    failure: list[BaseException] = []
-
-    def load() -> None:
-        try:
-            for name in missing:
-                importlib.import_module(name)
-        except BaseException as exc:  # handed to the caller
-            failure.append(exc)
-
-    t = threading.Thread(target=load, name="omldm-native-import", daemon=True)
-    t.start()
-    t.join()
-    if failure:
-        raise failure[0]
+    if missing:
+        run_in_own_thread(lambda: [importlib.import_module(name) for name in missing])

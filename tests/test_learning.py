@@ -113,48 +113,85 @@ def test_binary_pa_equals_river(mode, C, learn_intercept):
     assert loss > 0
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2])
-def test_pa_sparse_walk_is_one_record_at_a_time(shuttle, digits, mode):
-    """Where few records move the model, PA scores the records ahead at once and walks to
-    the next positive loss: the same model, predictions and loss, bit for bit, as one
-    record at a time (Shuttle: few updates; digits: many, and labels that arrive in the
-    middle of a mini-batch; both with prequentially scaled test records)."""
-    from learning.learners import passive_aggressive
+def _pa_reference(X: list, X_test: list, labels: list, classes: list, W: list, C: float,
+                  mode: int) -> tuple[list, float]:
+    """Crammer et al.'s multi-class PA (2006, §3 and §7) one record at a time in plain
+    Python, on ``W`` (rows ``[w | b]`` per class of ``classes``, sorted) in place, with the
+    compiled walk's order of sums and its ties (first row); returns the predictions and
+    the loss sum."""
+    def score(x, row):
+        s = 0.0
+        for xj, wj in zip(x, row):
+            s += xj * wj
+        return s + row[-1]
 
-    zeros = shuttle[0][:4000].astype(np.float64)
-    zeros[::7] = 0.0  # records whose step is 0 (‖x‖² = 0) although their loss is not
-    streams = [(shuttle[0][:6000], shuttle[1][:6000], 32, True),
-               (digits[0][:1500], digits[1][:1500], 16, True),
-               (shuttle[0][:3000], shuttle[1][:3000], 300, True),  # beyond the row cache
-               (zeros, shuttle[1][:4000], 32, False)]  # unscaled: one view per record
+    predictions, loss_sum = [], 0.0
+    for x, xt, label in zip(X, X_test, labels):
+        scores = [score(xt, row) for row in W]
+        predictions.append(classes[scores.index(max(scores))] if W else None)
+        if label not in classes:
+            pos = sorted(classes + [label]).index(label)
+            classes.insert(pos, label)
+            W.insert(pos, [0.0] * (len(x) + 1))
+        if len(W) < 2:
+            continue
+        yi = classes.index(label)
+        s = [score(x, row) for row in W]
+        sy, s[yi] = s[yi], float("-inf")
+        sr = max(s)
+        loss = 1.0 - sy + sr
+        if loss <= 0.0:
+            continue
+        q = 0.0
+        for xj in x:
+            q += xj * xj
+        tau = (min(C, loss / q) if q > 0 else 0.0) if mode == 1 else (
+            (loss / q if q > 0 else 0.0) if mode == 0 else loss / (q + 0.5 / C))
+        loss_sum += loss
+        if tau > 0.0:
+            h = 0.5 * tau
+            for j, xj in enumerate(x + [1.0]):
+                u = xj * h
+                W[yi][j] += u
+                W[s.index(sr)][j] -= u
+    return predictions, loss_sum
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_pa_compiled_walk_is_the_plain_algorithm(shuttle, digits, mode):
+    """PA's compiled loop gives the same model, predictions and loss, bit for bit, as the
+    algorithm written out in plain Python (Shuttle: few updates; digits: many, and labels
+    that arrive in the middle of a mini-batch; both with prequentially scaled test
+    records; records whose step is 0 because ‖x‖² = 0)."""
+    zeros = shuttle[0][:2000].astype(np.float64)
+    zeros[::7] = 0.0
+    streams = [(shuttle[0][:3000], shuttle[1][:3000], 32, True),
+               (digits[0][:600], digits[1][:600], 16, True),
+               (zeros, shuttle[1][:2000], 300, False)]
     for X, y, batch, scaled in streams:
-        runs = []
-        for share in (1.0, 0.0):  # one record at a time; the walk on every mini-batch
-            pa, scaler = PAClassifier(C=0.01, mode=mode), StandardScaler()
-            out = []
-            for i in range(0, len(X), batch):
-                X_test, X_learn = (scaler.prequential_transform(X[i:i + batch]) if scaled
-                                   else (None, X[i:i + batch]))
-                pa._update_share = share
-                out.append(pa.test_then_train(X_learn, y[i:i + batch], X_test=X_test))
-            runs.append((pa.get_params(), out))
-        (w_one, one), (w_walk, walk) = runs
-        assert np.array_equal(w_one, w_walk) and one == walk
-    assert passive_aggressive.SPARSE_UPDATES < 1.0
-    # a stream that moves the model rarely goes to the walk by itself, and a score that
-    # is not finite sends the rest of the mini-batch one record at a time
+        pa, scaler = PAClassifier(C=0.01, mode=mode), StandardScaler()
+        classes, W = [], []
+        for i in range(0, len(X), batch):
+            X_test, X_learn = (scaler.prequential_transform(X[i:i + batch]) if scaled
+                               else (X[i:i + batch], X[i:i + batch]))
+            labels = y[i:i + batch].tolist()
+            got = pa.test_then_train(X_learn, labels, X_test=X_test)
+            want = _pa_reference(X_learn.tolist(), X_test.tolist(), labels, classes, W,
+                                 0.01, mode)
+            assert got == want
+        assert pa.classes == classes
+        assert np.array_equal(pa.get_params(), np.ravel(W))
+    # a score that is not finite takes the first row, as Python's max does
     pa = PAClassifier(C=0.01)
-    for i in range(0, 3000, 32):
-        pa.test_then_train(shuttle[0][i:i + 32], shuttle[1][i:i + 32])
-    assert pa._update_share <= passive_aggressive.SPARSE_UPDATES
-    X = shuttle[0][3000:3032].astype(np.float64)
-    X[5, 2] = np.nan  # (the job refuses such a record before any learner sees it)
-    twin = PAClassifier.from_json(pa.to_json())
-    twin._update_share = 1.0
-    (p_walk, loss_walk), (p_one, loss_one) = (
-        model.test_then_train(X, shuttle[1][3000:3032]) for model in (pa, twin))
-    assert p_walk == p_one and np.array_equal([loss_walk], [loss_one], equal_nan=True)
-    assert np.array_equal(pa.get_params(), twin.get_params(), equal_nan=True)
+    X = shuttle[0][:64].astype(np.float64)
+    pa.fit(X[:32], shuttle[1][:32].tolist())
+    classes, W = list(pa.classes), pa.get_params().reshape(len(pa.classes), -1).tolist()
+    X[40, 2] = np.nan  # (the job refuses such a record before any learner sees it)
+    labels = shuttle[1][32:64].tolist()
+    got = pa.test_then_train(X[32:], labels)
+    want = _pa_reference(X[32:].tolist(), X[32:].tolist(), labels, classes, W, 0.01, 1)
+    assert got[0] == want[0] and np.array_equal([got[1]], [want[1]], equal_nan=True)
+    assert np.array_equal(pa.get_params(), np.ravel(W), equal_nan=True)
 
 
 def test_standard_scaler_equals_river():
@@ -429,3 +466,25 @@ def test_native_modules_are_imported_on_a_thread_of_their_own(tmp_path, monkeypa
     with pytest.raises(ImportError):
         import_in_own_thread("omldm_no_such_module_anywhere")
     assert "river.metrics" in sys.modules  # learning.metrics imported it so
+
+
+def test_compiled_loops_take_one_signature_and_never_compile_on_the_callers_thread():
+    """``learning.compiled``: after ``compile_all`` (on a thread of its own) each loop is
+    numba's machine code for one signature; arguments that do not match it raise
+    ``TypeError`` instead of compiling again on the calling thread (a PyFlink task thread
+    in thread mode), and the results are those of the plain Python function."""
+    from learning import compiled
+
+    compiled.compile_all()
+    X = np.arange(12.0).reshape(4, 3)
+    mean, var = np.empty_like(X), np.empty_like(X)
+    compiled.moments_prefix(X, 0, np.zeros(0), np.zeros(0), mean, var)
+    want_mean, want_var = np.empty_like(X), np.empty_like(X)
+    compiled.moments_prefix.py_func(X, 0, np.zeros(0), np.zeros(0), want_mean, want_var)
+    assert np.array_equal(mean, want_mean) and np.array_equal(var, want_var)
+    assert len(compiled.moments_prefix.signatures) == 1
+    with pytest.raises(TypeError):  # a Fortran-ordered batch: not this signature
+        compiled.moments_prefix(np.asfortranarray(X), 0, np.zeros(0), np.zeros(0), mean, var)
+    with pytest.raises(TypeError):  # float32: neither
+        compiled.moments_prefix(X.astype(np.float32), 0, np.zeros(0), np.zeros(0), mean, var)
+    assert len(compiled.moments_prefix.signatures) == 1

@@ -12,18 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from learning import compiled
 from learning.hyperparameters import Hyperparameter, check_stored
 from learning.learners.linear import LinearClassifier
 
 __all__ = ["PAClassifier", "pa_step"]
-
-_NEG_INF = float("-inf")
-#: the average share of records that moved the model (an exponential average over
-#: mini-batches, weight 1/4 for the last) at or under which :meth:`PAClassifier._stream`
-#: walks from one positive loss to the next instead of one record at a time
-SPARSE_UPDATES = 0.15
-#: 0, 1, …, 255: row and column indices of the walk's score blocks, made once
-_RANGE = np.arange(256)
 
 
 def pa_step(loss: float, q: float, C: float, mode: int, half_C: float) -> float:
@@ -35,17 +28,6 @@ def pa_step(loss: float, q: float, C: float, mode: int, half_C: float) -> float:
     if mode == 0:
         return loss / q if q > 0.0 else 0.0
     return loss / (q + half_C)
-
-
-def _learn(Wb: np.ndarray, x: np.ndarray, yi: int, ri: int, tau: float) -> int:
-    """The multi-class PA update of ``Wb`` (K, d+1) in place: row ``yi`` (the label) moves
-    by ``τ/2 · x``, row ``ri`` (the best rival) by ``−τ/2 · x``; returns 1 if it moved."""
-    if tau > 0.0:
-        u = x * (0.5 * tau)
-        Wb[yi] += u
-        Wb[ri] -= u
-        return 1
-    return 0
 
 
 class PAClassifier(LinearClassifier):
@@ -146,10 +128,6 @@ class PAClassifier(LinearClassifier):
         check_stored(self)
         self._init_model()
 
-    #: :data:`SPARSE_UPDATES`' average, a property of the stream, not of the model: not
-    #: saved, and a new or loaded learner starts one record at a time
-    _update_share = 1.0
-
     def step_size(self) -> str | None:
         """``"C"`` in modes 1 (PA-I, the step cap) and 2 (PA-II); None in mode 0, whose step
         ``l / ‖x‖²`` no hyperparameter sets (see ``C`` above)."""
@@ -157,103 +135,35 @@ class PAClassifier(LinearClassifier):
 
     def _stream(self, X: np.ndarray, labels: list, X_test: np.ndarray | None,
                 want_predictions: bool) -> tuple[list | None, float]:
-        """One PA step per record (see :meth:`LinearClassifier._stream`).
-
-        Where few records move the model (an average of at most :data:`SPARSE_UPDATES`
-        of the recent mini-batches' records, e.g. 2% on Shuttle, 26-61% on the
-        experiment's other streams), the records ahead are scored in one call and walked
-        to the next one with a positive loss, which is learned as below, and the rest
-        scored again: each record's scores are the same products as one record at a
-        time gives, so the model, the predictions and the loss are the same bit for bit,
-        in a few numpy calls per update instead of a few per record.
-        """
-        n, d = X.shape
-        XA, XU = self._augmented(X, X_test)  # (n, 1|2, d+1) as learned/predicted; steps
-        sq = np.einsum("ij,ij->i", X, X).tolist()
-        C, mode = float(self.C) * self.step_scale, self.mode
+        """One PA step per record (see :meth:`LinearClassifier._stream`), in the compiled
+        loop :func:`learning.compiled.pa_walk`; a record with a label not seen before
+        stops it, gets its zero row here (after its prediction) and the loop goes on from
+        it."""
+        compiled.compile_all()
+        n = X.shape[0]
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        X_test = X if X_test is None else np.ascontiguousarray(X_test, dtype=np.float64)
+        C, mode = float(self.C) * self.step_scale, int(self.mode)
         half_C = 0.5 / C
         index = self._labels
-        yidx = index.rows(labels)
-        classes = self.classes
-        Wb = self._Wb
-        WbT = Wb.T
-        K = len(classes)
+        yidx = np.asarray(index.rows(labels), dtype=np.int64)
+        pred = np.empty(n, dtype=np.int64)
+        totals = np.zeros(2)  # loss sum, updates
         predictions = [None] * n if want_predictions else None
-        loss_sum = 0.0
-        updates = 0
-        sparse = self._update_share <= SPARSE_UPDATES
-        yarr = np.asarray(yidx) if sparse else None
-        slow = False  # the next record goes one at a time (a new label, scores not finite)
-        i = -1
+        i, predict_first = 0, True
         while True:
-            i += 1
-            if i >= n:
+            if not self._Wb.flags.c_contiguous:  # (a loaded or inserted-into model)
+                self._Wb = np.ascontiguousarray(self._Wb)
+            t = compiled.pa_walk(X, X_test, self._Wb, yidx, i, predict_first, want_predictions, C,
+                        mode, half_C, bool(self.learn_intercept), pred, totals)
+            if want_predictions:  # rows name classes as they are before a new label's
+                classes, lo = self.classes, i if predict_first else i + 1
+                for j, row in enumerate(pred[lo:t + 1].tolist(), lo):
+                    if row >= 0:
+                        predictions[j] = classes[row]
+            if t >= n:
                 break
-            if sparse and K >= 2 and not slow:
-                # scores of records i.. with the model as it is: (m, 1|2, K)
-                S = XA[i:] @ WbT
-                if not np.isfinite(S).all():  # on NaN numpy's max and Python's part ways:
-                    sparse = False  # the rest one at a time, as always
-                    i -= 1
-                    continue
-                m = n - i
-                rows = _RANGE[:m] if m <= len(_RANGE) else np.arange(m)
-                cols = _RANGE[:K] if K <= len(_RANGE) else np.arange(K)
-                yb = yarr[i:]
-                # (no argmax and no 2-D fancy assignment: numpy lets go of the GIL in
-                # them, and in thread mode that hands the interpreter to another spoke)
-                Sl = S[:, -1, :].copy()
-                sy = Sl[rows, yb]
-                np.copyto(Sl, _NEG_INF, where=cols == yb[:, None])
-                loss = 1.0 - sy + Sl.max(axis=1)
-                hits = np.flatnonzero((loss > 0.0) | (yb < 0))
-                t = i + int(hits[0]) if hits.size else n
-                new_label = t < n and yidx[t] < 0
-                if want_predictions:
-                    upto = t if new_label or t == n else t + 1
-                    for j, st in enumerate(S[:upto - i, 0, :].tolist(), i):
-                        predictions[j] = classes[st.index(max(st))]
-                if t == n:
-                    break
-                if new_label:  # record t one at a time: it adds a row
-                    i, slow = t - 1, True
-                    continue
-                sl = Sl[t - i].tolist()
-                lt, ri = float(loss[t - i]), sl.index(max(sl))
-                i = t
-                loss_sum += lt
-                updates += _learn(Wb, XU[t], yidx[t], ri, pa_step(lt, sq[t], C, mode, half_C))
-                continue
-            slow = False
-            if K >= 2:
-                S = (XA[i] @ WbT).tolist()
-                if want_predictions:
-                    st = S[0]
-                    predictions[i] = classes[st.index(max(st))]
-            elif want_predictions and K:
-                predictions[i] = classes[0]
-            yi = yidx[i]
-            if yi < 0:  # a new label: a zero row at its sorted position
-                self._add_labels([labels[i]])
-                Wb, WbT, K = self._Wb, self._Wb.T, K + 1
-                yidx[i:] = index.rows(labels[i:])
-                if sparse:
-                    yarr = np.asarray(yidx)
-                yi = yidx[i]
-                if K < 2:
-                    continue
-                S = (XA[i] @ WbT).tolist()
-            elif K < 2:
-                continue
-            sl = S[-1]
-            sy = sl[yi]
-            sl[yi] = _NEG_INF
-            sr = max(sl)
-            loss = 1.0 - sy + sr
-            if loss <= 0.0:
-                continue
-            loss_sum += loss
-            updates += _learn(Wb, XU[i], yi, sl.index(sr), pa_step(loss, sq[i], C, mode, half_C))
-        if n:
-            self._update_share = 0.75 * self._update_share + 0.25 * updates / n
-        return predictions, loss_sum
+            self._add_labels([labels[t]])  # a zero row at its sorted position
+            yidx[t:] = index.rows(labels[t:])
+            i, predict_first = t, False
+        return predictions, float(totals[0])

@@ -21,11 +21,16 @@ from typing import Any
 import numpy as np
 
 from learning.errors import ParameterError
+from learning import compiled
 from learning.hyperparameters import Hyperparameter, check_stored
 from learning.preprocessors import moments
 from learning.preprocessors.base import Preprocessor
 
 __all__ = ["StandardScaler", "MinMaxScaler"]
+
+
+#: the statistics of a scaler that has learned nothing yet, as the compiled loops take them
+_NO_STATISTICS = np.zeros(0)
 
 
 def _safe_div(Z: np.ndarray, denom: np.ndarray) -> np.ndarray:
@@ -186,23 +191,20 @@ class StandardScaler(moments.MergeableStatistics, _RunningScaler):
         self.var: np.ndarray | None = None
 
     def _prefix(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and variance after each prefix ``X[:k+1]``: two ``(n_records, n_features)``."""
-        n = X.shape[0]
-        c = X[0]  # shift: exact zeros for constant features, less cancellation
-        D = X - c
-        S1 = np.cumsum(D, axis=0)
-        S2 = np.cumsum(D * D, axis=0)
-        k = np.arange(1.0, n + 1.0)[:, None]
-        mean = c + S1 / k
-        M2 = np.maximum(S2 - S1 * S1 / k, 0.0)
-        n0 = self.n
-        if n0 == 0:
-            return mean, M2 / k
-        N = n0 + k
-        delta = mean - self.mean
-        mean = self.mean + delta * (k / N)
-        M2 += self.var * n0 + delta * delta * (n0 * k / N)
-        return mean, M2 / N
+        """Mean and variance after each prefix ``X[:k+1]``: two ``(n_records, n_features)``
+        (:func:`learning.compiled.moments_prefix`)."""
+        compiled.compile_all()
+        mean, var = np.empty_like(X), np.empty_like(X)
+        compiled.moments_prefix(X, self.n, *self._statistics_before(), mean, var)
+        return mean, var
+
+    def _statistics_before(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, var)`` as the compiled loops take them: C-contiguous float64, empty
+        before the first record."""
+        if self.n == 0:
+            return _NO_STATISTICS, _NO_STATISTICS
+        return (np.ascontiguousarray(self.mean, dtype=np.float64),
+                np.ascontiguousarray(self.var, dtype=np.float64))
 
     def _scale(self, X: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
         Z = X - mean
@@ -216,16 +218,12 @@ class StandardScaler(moments.MergeableStatistics, _RunningScaler):
         X_test = X if X_test is None else _as_batch(X_test, X.shape[1])
         if X.shape[0] == 0:
             return X_test.copy(), X.copy()
-        mean, var = self._prefix(X)
-        before_mean = np.empty_like(mean)
-        before_var = np.empty_like(var)
-        before_mean[1:], before_var[1:] = mean[:-1], var[:-1]
-        if self.n:
-            before_mean[0], before_var[0] = self.mean, self.var
-        else:
-            before_mean[0], before_var[0] = 0.0, 0.0
+        compiled.compile_all()
+        mean, var, Z_test, Z = (np.empty_like(X) for _ in range(4))
+        compiled.standard_prequential(X, X_test, self.n, *self._statistics_before(),
+                                      bool(self.with_std), mean, var, Z_test, Z)
         self._commit(X, mean, var)
-        return self._scale(X_test, before_mean, before_var), self._scale(X, mean, var)
+        return Z_test, Z
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         """Scale with the current statistics (all zeros before any record is learned

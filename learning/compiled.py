@@ -1,0 +1,253 @@
+"""The per-record loops of the spoke's hot path, compiled by numba: PA's test-then-train
+walk (:class:`learning.learners.PAClassifier`) and the standard scaler's prequential pass
+(:class:`learning.preprocessors.StandardScaler`). In numpy both were a dozen calls on
+arrays of a mini-batch (e.g. 32 × 9 on Shuttle), each paying more in call overhead than in
+arithmetic: 3.5 of the kernel's 7.2 µs of CPU per record (docs/performance.md, "The
+kernel compiled").
+
+Three rules keep them safe in PyFlink's thread mode, where every Python operator runs on
+pemja, one interpreter inside the JVM, and a task thread that hosts several chained
+Python operators holds several thread states (:mod:`learning.native`):
+
+- **No numba runtime** (``_nrt=False``). With it numba wraps every array argument in a
+  reference-counted record whose release calls ``PyGILState_Ensure``, on every call: on
+  such a thread that waits for the GIL the thread itself holds, for ever (seen: a spoke
+  thread hung in ``pyobject_dtor`` under ``_standard_prequential``). Without it a
+  function may not allocate, so the caller passes every output array.
+- **Compiled at import, for one signature each.** A call whose arguments match goes
+  straight to the machine code; one that does not raises ``TypeError`` instead of
+  compiling on a task thread (LLVM calls back into Python through ctypes while it
+  compiles). Arrays are float64 (int64 for rows) and C-contiguous.
+- **Compiled on a thread of its own** (:func:`compile_all`, which callers call before the
+  first use; numba is imported there too), so that compiling, or loading the compiled code
+  from numba's cache (``cache=True``: ``__pycache__`` beside this file), never runs on a
+  task thread. Until then the functions here are plain Python (same results, slower).
+
+Sums run in record order, one feature after the other, as plain Python would; numba
+does not reorder floating-point operations without ``fastmath``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+import threading
+
+import numpy as np
+
+from learning.native import run_in_own_thread
+
+__all__ = ["compile_all", "pa_walk", "moments_prefix", "standard_prequential"]
+
+_F2 = "float64[:, ::1]"
+_F1 = "float64[::1]"
+_I1 = "int64[::1]"
+
+
+def pa_walk(X, X_test, Wb, yidx, start, predict_start, want, C, mode, half_C,
+            learn_intercept, pred, out):
+    """Records ``start..`` of a mini-batch, one multi-class PA step each (Crammer et al.
+    2006, §3 and §7), in place on ``Wb`` (K, d + 1) float64: rows ``[w_k | b_k]``.
+
+    Parameters
+    ----------
+    X, X_test : (n, d) float64
+        The records as learned and as predicted (the same array for no preprocessor).
+    yidx : (n,) int64
+        Each record's label row; -1 for a label without one.
+    start : int
+        The first record to handle.
+    predict_start : bool
+        Whether record ``start`` is still to be predicted (False when the walk resumes
+        on it after its label got a row).
+    want : bool
+        Whether to predict at all.
+    C, mode, half_C : float, int, float
+        As :func:`learning.learners.passive_aggressive.pa_step`.
+    learn_intercept : bool
+        Whether ``b`` moves.
+    pred : (n,) int64
+        Out: the row predicted for each record (-1: no class yet), when ``want``.
+    out : (2,) float64
+        Added to: ``[loss sum, updates]``.
+
+    Returns
+    -------
+    int
+        The first record from ``start`` whose label has no row, not learned yet (the
+        caller adds the row and resumes there with ``predict_start`` False); ``n`` when
+        none. Ties and NaN scores take the first row, as Python's ``max`` and
+        ``list.index`` do.
+    """
+    n, d = X.shape
+    K = Wb.shape[0]
+    for i in range(start, n):
+        if want and (i > start or predict_start):
+            best, arg = 0.0, -1  # argmax of X_test[i]'s scores (-1: no class yet)
+            for k in range(K):
+                s = 0.0
+                for j in range(d):
+                    s += X_test[i, j] * Wb[k, j]
+                s += Wb[k, d]
+                if k == 0 or s > best:
+                    best, arg = s, k
+            pred[i] = arg
+        yi = yidx[i]
+        if yi < 0:
+            return i
+        if K < 2:
+            continue
+        sy, sr, ri = 0.0, 0.0, 0  # the label's score, the best rival's and its row:
+        for k in range(K):  # the label's own score counts as -inf there
+            s = 0.0
+            for j in range(d):
+                s += X[i, j] * Wb[k, j]
+            s += Wb[k, d]
+            if k == yi:
+                sy, s = s, -np.inf
+            if k == 0 or s > sr:
+                sr, ri = s, k
+        loss = 1.0 - sy + sr
+        if loss <= 0.0:
+            continue
+        q = 0.0
+        for j in range(d):
+            q += X[i, j] * X[i, j]
+        if mode == 1:  # pa_step, with Python's min(C, l / q)
+            tau = 0.0
+            if q > 0.0:
+                tau = loss / q
+                if not tau < C:
+                    tau = C
+        elif mode == 0:
+            tau = loss / q if q > 0.0 else 0.0
+        else:
+            tau = loss / (q + half_C)
+        out[0] += loss
+        if tau > 0.0:
+            h = 0.5 * tau
+            for j in range(d):
+                u = X[i, j] * h
+                Wb[yi, j] += u
+                Wb[ri, j] -= u
+            if learn_intercept:
+                Wb[yi, d] += h
+                Wb[ri, d] -= h
+            out[1] += 1.0
+    return n
+
+
+def moments_prefix(X, n0, mean0, var0, mean, var):
+    """Mean and population variance after each prefix ``X[:k+1]`` of a batch ``X`` (n, d),
+    continuing ``n0`` records learned before with ``mean0``, ``var0`` ((d,) float64, unread
+    when ``n0`` is 0), into ``mean`` and ``var`` (n, d). Per feature: prefix sums of the
+    batch shifted by its first record (exact zeros for a constant feature, less
+    cancellation), joined to the earlier records by Chan et al.'s parallel update (1983,
+    eq. 2.1b)."""
+    n, d = X.shape
+    for j in range(d):
+        c = X[0, j]
+        s1 = 0.0
+        s2 = 0.0
+        for i in range(n):
+            e = X[i, j] - c
+            s1 += e
+            s2 += e * e
+            k = i + 1.0
+            m = c + s1 / k
+            m2 = s2 - s1 * s1 / k
+            if m2 < 0.0:
+                m2 = 0.0
+            if n0 == 0:
+                mean[i, j] = m
+                var[i, j] = m2 / k
+            else:
+                N = n0 + k
+                delta = m - mean0[j]
+                mean[i, j] = mean0[j] + delta * (k / N)
+                var[i, j] = (m2 + (var0[j] * n0 + delta * delta * (n0 * k / N))) / N
+
+
+def _scaled(x, mean, var, with_std):
+    """One value standardized; river's ``safe_div``: 0 where the deviation is 0."""
+    z = x - mean
+    if not with_std:
+        return z
+    sd = np.sqrt(var)
+    return z / sd if sd > 0.0 else 0.0
+
+
+def standard_prequential(X, X_test, n0, mean0, var0, with_std, mean, var, Z_test, Z):
+    """The standard scaler's prequential pass over a batch ``X`` (n, d): the statistics
+    after each prefix into ``mean`` and ``var`` (n, d; :func:`moments_prefix`),
+    ``X_test[i]`` scaled with those of the records before ``X[i]`` into ``Z_test``, and
+    ``X[i]`` with those up to it into ``Z``."""
+    moments_prefix(X, n0, mean0, var0, mean, var)
+    n, d = X.shape
+    for i in range(n):
+        for j in range(d):
+            if i:
+                m, v = mean[i - 1, j], var[i - 1, j]
+            elif n0:
+                m, v = mean0[j], var0[j]
+            else:
+                m, v = 0.0, 0.0
+            Z_test[i, j] = _scaled(X_test[i, j], m, v, with_std)
+            Z[i, j] = _scaled(X[i, j], mean[i, j], var[i, j], with_std)
+
+
+#: each function's one signature (numba's types)
+_SIGNATURES = {
+    "pa_walk": f"int64({_F2}, {_F2}, {_F2}, {_I1}, int64, boolean, boolean, float64, int64, "
+               f"float64, boolean, {_I1}, {_F1})",
+    "moments_prefix": f"void({_F2}, int64, {_F1}, {_F1}, {_F2}, {_F2})",
+    "_scaled": "float64(float64, float64, float64, boolean)",
+    "standard_prequential": f"void({_F2}, {_F2}, int64, {_F1}, {_F1}, boolean, {_F2}, {_F2}, "
+                            f"{_F2}, {_F2})",
+}
+
+
+_compiled = False
+_compiling = threading.Lock()
+
+
+def compile_all() -> None:
+    """Compile every function of :data:`_SIGNATURES`, once per process, on a thread of its
+    own: each becomes a numba dispatcher in this module's namespace, so a caller looks it
+    up here (``compiled.pa_walk``) after calling this. Call it before the first use, not
+    while this module or its package is being imported (numba imports the module of the
+    functions it compiles, and a package being imported makes other threads wait).
+
+    Raises
+    ------
+    numba.core.errors.NumbaError
+        If a function does not compile (a bug here, not bad input).
+    """
+    global _compiled
+    if _compiled:
+        return
+    with _compiling:
+        if not _compiled:
+            run_in_own_thread(_compile)
+            _compiled = True
+
+
+def _let_numba_find_print() -> None:
+    """PyFlink's Beam worker (process mode) replaces ``builtins.print`` by a bound method
+    of its own module, and numba's import, which types ``print``, looks it up by name in
+    ``print.__module__`` and stops with ``AttributeError`` when that module has no such
+    name: give it one (the same object)."""
+    p = builtins.print
+    module = sys.modules.get(getattr(p, "__module__", None) or "")
+    if module is not None and getattr(module, p.__name__, None) is not p:
+        setattr(module, p.__name__, p)
+
+
+def _compile() -> None:
+    """Replace each function of :data:`_SIGNATURES` by its compiled self, in order (a
+    function calls those compiled before it)."""
+    _let_numba_find_print()
+    from numba import njit
+
+    for name, signature in _SIGNATURES.items():
+        globals()[name] = njit(signature, cache=True, _nrt=False)(globals()[name])
