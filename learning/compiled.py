@@ -12,9 +12,9 @@ Python operators holds several thread states (:mod:`learning.native`):
 - **No numba runtime** (``_nrt=False``). With it numba wraps every array argument in a
   reference-counted record whose release calls ``PyGILState_Ensure``, on every call: on
   such a thread that waits for the GIL the thread itself holds, for ever (seen: a spoke
-  thread hung in ``pyobject_dtor`` under ``_standard_prequential``). Without it a
+  thread hung in ``pyobject_dtor`` under :func:`standard_prequential`). Without it a
   function may not allocate, so the caller passes every output array.
-- **Compiled at import, for one signature each.** A call whose arguments match goes
+- **One signature each.** A call whose arguments match goes
   straight to the machine code; one that does not raises ``TypeError`` instead of
   compiling on a task thread (LLVM calls back into Python through ctypes while it
   compiles). Arrays are float64 (int64 for rows) and C-contiguous.

@@ -154,8 +154,9 @@ class PAClassifier(LinearClassifier):
         while True:
             if not self._Wb.flags.c_contiguous:  # (a loaded or inserted-into model)
                 self._Wb = np.ascontiguousarray(self._Wb)
-            t = compiled.pa_walk(X, X_test, self._Wb, yidx, i, predict_first, want_predictions, C,
-                        mode, half_C, bool(self.learn_intercept), pred, totals)
+            t = compiled.pa_walk(X, X_test, self._Wb, yidx, i, predict_first,
+                                 want_predictions, C, mode, half_C,
+                                 bool(self.learn_intercept), pred, totals)
             if want_predictions:  # rows name classes as they are before a new label's
                 classes, lo = self.classes, i if predict_first else i + 1
                 for j, row in enumerate(pred[lo:t + 1].tolist(), lo):
