@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from learning.errors import ParameterError
 from learning import compiled
+from learning.errors import ParameterError
 from learning.hyperparameters import Hyperparameter, check_stored
 from learning.preprocessors import moments
 from learning.preprocessors.base import Preprocessor
