@@ -45,7 +45,10 @@ a 400,000-record warm-up flowed (column ``jit``), on a machine whose two cores t
 fills; a job that runs for hours pays this once. Rows of 196,388 records after one copy
 of Shuttle (49,097, the default until 2026-11-25) were timed while the JIT took 30-45%
 of a core (docs/performance.md, "How the clock runs"). ``--warmup 0`` measures from the
-job's first record.
+job's first record. At 50 records per message the default warm-up is about 4 s of the
+job, and its rows are still timed while the compilers take 28-41% of a core (for about
+50 s after the job starts): ``--records 3000000 --warmup 2000000`` measures the steady
+state (docs/performance.md, "Past the JIT's warm-up").
 
 Columns: ``records/s`` records fitted or predicted per second of the clock; ``x peer``
 that over the first peer run's records/s with the same records per message (the closing
