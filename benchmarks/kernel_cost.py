@@ -9,6 +9,9 @@ streams: training records only, every fifth record a forecast (the demo's and
 half of the records).
 
     .venv/bin/python benchmarks/kernel_cost.py [--records 40000] [--batch 500] [--repeats 5]
+                                               [--learner PA|SVM]
+
+``--learner SVM`` puts the online SVM (Pegasos, its default λ) in PA's place.
 
 To compare with another revision, run the same file with ``PYTHONPATH`` set to a worktree
 of it (``git worktree add /tmp/old REV``; the editable install would otherwise import this
@@ -28,9 +31,11 @@ from middleware.codec import record_batch
 from operators.spoke_kernel import SpokeKernel
 
 
-def _kernel() -> SpokeKernel:
+def _kernel(learner: str = "PA") -> SpokeKernel:
     k = SpokeKernel(0, 1, 1, hub_keys=[0])
     req = shuttle_create_request()
+    if learner != "PA":
+        req["learner"] = {"name": learner, "hyperParameters": {}, "parameters": {}}
     req["learner"]["parameters"]["n_features"] = 9
     k.on_message(orjson.dumps(req))
     k.out.clear()
@@ -48,11 +53,12 @@ def _batches(X, y, lo: int, hi: int, forecast_every: int, size: int) -> list[byt
     return [record_batch(recs[j:j + size]) for j in range(0, len(recs), size)]
 
 
-def _cost(warm: list[bytes], timed: list[bytes], n: int, repeats: int) -> float:
+def _cost(warm: list[bytes], timed: list[bytes], n: int, repeats: int,
+          learner: str = "PA") -> float:
     """Best CPU µs per record of ``timed`` over ``repeats`` fresh kernels (``warm`` first)."""
     best = float("inf")
     for _ in range(repeats):
-        k = _kernel()
+        k = _kernel(learner)
         for b in warm:
             k.on_batch(b)
             k.out.clear()
@@ -69,16 +75,17 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=40_000)
     ap.add_argument("--batch", type=int, default=500, help="records per crossing")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--learner", choices=("PA", "SVM"), default="PA")
     args = ap.parse_args()
     X, y = shuttle()
     X, y = X.tolist(), y.tolist()
     n = min(args.records, len(y) // 2)
     print(f"{'stream':28s} {'µs per record':>14s}")
     for name, every in (("training only", 0), ("1 in 5 forecast", 5)):
-        us = _cost([], _batches(X, y, 0, n, every, args.batch), n, args.repeats)
+        us = _cost([], _batches(X, y, 0, n, every, args.batch), n, args.repeats, args.learner)
         print(f"{name:28s} {us:14.2f}", flush=True)
     us = _cost(_batches(X, y, 0, n, 0, args.batch), _batches(X, y, n, 2 * n, 1, args.batch), n,
-               args.repeats)
+               args.repeats, args.learner)
     print(f"{'forecasts only (trained)':28s} {us:14.2f}", flush=True)
 
 

@@ -16,7 +16,7 @@ from river import linear_model, preprocessing
 
 from learning import (HyperparameterError, MinMaxScaler, PAClassifier, Pipeline,
                       StandardScaler, make_pipeline)
-from learning.learners import Learner
+from learning.learners import Learner, OnlineSVM
 
 NAMES = [f"f{i + 1}" for i in range(9)]
 
@@ -192,6 +192,95 @@ def test_pa_compiled_walk_is_the_plain_algorithm(shuttle, digits, mode):
     want = _pa_reference(X[32:].tolist(), X[32:].tolist(), labels, classes, W, 0.01, 1)
     assert got[0] == want[0] and np.array_equal([got[1]], [want[1]], equal_nan=True)
     assert np.array_equal(pa.get_params(), np.ravel(W), equal_nan=True)
+
+
+def _svm_reference(X: list, X_test: list, labels: list, classes: list, W: list, t: int,
+                   lam: float, radius2: float) -> tuple[list, float, int]:
+    """Multi-class Pegasos (Shalev-Shwartz et al. 2011 §2, §6; Crammer and Singer's
+    hinge) one record at a time in plain Python, on ``W`` (rows ``[w | b]`` per class of
+    ``classes``, sorted) in place, with the compiled walk's order of sums and its ties
+    (first row); returns the predictions, the loss sum and the steps taken."""
+    def score(x, row):
+        s = 0.0
+        for xj, wj in zip(x, row):
+            s += xj * wj
+        return s + row[-1]
+
+    predictions, loss_sum = [], 0.0
+    for x, xt, label in zip(X, X_test, labels):
+        if len(W) >= 2:
+            scores = [score(xt, row) for row in W]
+            predictions.append(classes[scores.index(max(scores))])
+        else:
+            predictions.append(classes[0] if W else None)
+        if label not in classes:
+            pos = sorted(classes + [label]).index(label)
+            classes.insert(pos, label)
+            W.insert(pos, [0.0] * (len(x) + 1))
+        if len(W) < 2:
+            continue
+        t += 1
+        yi = classes.index(label)
+        s = [score(x, row) for row in W]
+        sy, s[yi] = s[yi], float("-inf")
+        sr = max(s)
+        loss = 1.0 - sy + sr
+        for row in W:
+            for j, w in enumerate(row):
+                row[j] = 0.0 if t == 1 else w * (1.0 - 1.0 / t)
+        if loss > 0.0:
+            loss_sum += loss
+            c = 0.5 / (lam * t)
+            for j, xj in enumerate(x + [1.0]):
+                u = xj * c
+                W[yi][j] += u
+                W[s.index(sr)][j] -= u
+        norm2 = 0.0
+        for row in W:
+            for w in row:
+                norm2 += w * w
+        if norm2 > radius2:
+            f = math.sqrt(radius2 / norm2)
+            for row in W:
+                for j, w in enumerate(row):
+                    row[j] = w * f
+    return predictions, loss_sum, t
+
+
+@pytest.mark.parametrize("projection", [True, False])
+def test_svm_compiled_walk_is_the_plain_algorithm(shuttle, digits, projection):
+    """The online SVM's compiled loop gives the same model, predictions, loss and step
+    count, bit for bit, as Pegasos written out in plain Python: Shuttle and digits with
+    prequentially scaled test records, labels that arrive in the middle of a mini-batch
+    (and a first label alone, which teaches nothing), and a NaN score."""
+    lam = 0.01
+    radius2 = 1.0 / (2.0 * lam) if projection else math.inf
+    for X, y, batch in ((shuttle[0][:3000], shuttle[1][:3000], 32),
+                        (digits[0][:600], digits[1][:600], 16)):
+        svm, scaler = OnlineSVM(lam=lam, projection=projection), StandardScaler()
+        classes, W, t = [], [], 0
+        for i in range(0, len(X), batch):
+            X_test, X_learn = scaler.prequential_transform(X[i:i + batch])
+            labels = y[i:i + batch].tolist()
+            got = svm.test_then_train(X_learn, labels, X_test=X_test)
+            *want, t = _svm_reference(X_learn.tolist(), X_test.tolist(), labels, classes, W,
+                                      t, lam, radius2)
+            assert got == tuple(want)
+            assert svm.t == t
+        assert svm.classes == classes
+        assert np.array_equal(svm.get_params(), np.ravel(W))
+    svm = OnlineSVM(lam=lam, projection=projection)
+    X = shuttle[0][:64].astype(np.float64)
+    svm.fit(X[:32], shuttle[1][:32].tolist())
+    classes, W = list(svm.classes), svm.get_params().reshape(len(svm.classes), -1).tolist()
+    X[40, 2] = np.nan  # (the job refuses such a record before any learner sees it)
+    labels = shuttle[1][32:64].tolist()
+    t = svm.t
+    got = svm.test_then_train(X[32:], labels)
+    *want, t = _svm_reference(X[32:].tolist(), X[32:].tolist(), labels, classes, W, t, lam,
+                              radius2)
+    assert svm.t == t and got[0] == want[0] and np.array_equal([got[1]], [want[1]], equal_nan=True)
+    assert np.array_equal(svm.get_params(), np.ravel(W), equal_nan=True)
 
 
 def test_standard_scaler_equals_river():

@@ -14,16 +14,15 @@ papers/002_9b954bd89ad87406.txt §3.3.3 ("Online Support Vector Machine (SVM) cl
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
+from learning import compiled
 from learning.errors import ParameterError
 from learning.hyperparameters import Hyperparameter, check_stored
 from learning.learners.linear import LinearClassifier
 
 __all__ = ["OnlineSVM"]
-
-_NEG_INF = float("-inf")
-
 
 class OnlineSVM(LinearClassifier):
     """Linear SVM trained online by mini-batch Pegasos, for any number of classes.
@@ -125,58 +124,41 @@ class OnlineSVM(LinearClassifier):
 
     def _stream(self, X: np.ndarray, labels: list, X_test: np.ndarray | None,
                 want_predictions: bool) -> tuple[list | None, float]:
-        """One Pegasos step per record (see :meth:`LinearClassifier._stream`)."""
-        n, d = X.shape
-        XA, XU = self._augmented(X, X_test)  # (n, 1|2, d+1) as learned/predicted; steps
+        """One Pegasos step per record (see :meth:`LinearClassifier._stream`), in the
+        compiled loop :func:`learning.compiled.svm_walk`; a record with a label not seen
+        before stops it, gets its zero row here (after its prediction) and the loop goes
+        on from it."""
+        compiled.compile_all()
+        n = X.shape[0]
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        X_test = X if X_test is None else np.ascontiguousarray(X_test, dtype=np.float64)
         lam = float(self.lam)
         radius2 = 1.0 / (2.0 * lam) if self.projection else math.inf
         index = self._labels
-        yidx = index.rows(labels)
-        classes = self.classes
-        Wb = self._Wb
-        K = len(classes)
-        t = self.t
+        yidx = np.asarray(index.rows(labels), dtype=np.int64)
+        pred = np.empty(n, dtype=np.int64)
+        steps = np.array([self.t], dtype=np.int64)
+        loss = np.zeros(1)
         predictions = [None] * n if want_predictions else None
-        loss_sum = 0.0
-        for i in range(n):
-            if K >= 2:
-                S = (XA[i] @ Wb.T).tolist()
-                if want_predictions:
-                    st = S[0]
-                    predictions[i] = classes[st.index(max(st))]
-            elif want_predictions and K:
-                predictions[i] = classes[0]
-            yi = yidx[i]
-            if yi < 0:  # a new label: a zero row at its canonical position
-                self._add_labels([labels[i]])
-                Wb, K = self._Wb, K + 1
-                yidx[i:] = index.rows(labels[i:])
-                yi = yidx[i]
-                if K < 2:
-                    continue
-                S = (XA[i] @ Wb.T).tolist()
-            elif K < 2:
-                continue
-            t += 1
-            sl = S[-1]
-            sy = sl[yi]
-            sl[yi] = _NEG_INF
-            sr = max(sl)
-            loss = 1.0 - sy + sr
-            if t == 1:
-                Wb[...] = 0.0  # 1 - η_1 λ = 0
-            else:
-                Wb *= 1.0 - 1.0 / t
-            if loss > 0.0:
-                loss_sum += loss
-                u = XU[i] * (0.5 / (lam * t))
-                Wb[yi] += u
-                Wb[sl.index(sr)] -= u
-            norm2 = float(np.einsum("ij,ij->", Wb, Wb))
-            if norm2 > radius2:
-                Wb *= math.sqrt(radius2 / norm2)
-        self.t = t
-        return predictions, loss_sum
+        i, predict_first = 0, True
+        while True:
+            if not self._Wb.flags.c_contiguous:  # (a loaded or inserted-into model)
+                self._Wb = np.ascontiguousarray(self._Wb)
+            stop = compiled.svm_walk(X, X_test, self._Wb, yidx, i, predict_first,
+                                     want_predictions, lam, radius2,
+                                     bool(self.learn_intercept), steps, pred, loss)
+            if want_predictions:  # rows name classes as they are before a new label's
+                classes, lo = self.classes, i if predict_first else i + 1
+                for j, row in enumerate(pred[lo:stop + 1].tolist(), lo):
+                    if row >= 0:
+                        predictions[j] = classes[row]
+            if stop >= n:
+                break
+            self._add_labels([labels[stop]])  # a zero row at its sorted position
+            yidx[stop:] = index.rows(labels[stop:])
+            i, predict_first = stop, False
+        self.t = int(steps[0])
+        return predictions, float(loss[0])
 
     # --- JSON ---------------------------------------------------------------------------
 
