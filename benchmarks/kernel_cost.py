@@ -9,9 +9,10 @@ streams: training records only, every fifth record a forecast (the demo's and
 half of the records).
 
     .venv/bin/python benchmarks/kernel_cost.py [--records 40000] [--batch 500] [--repeats 5]
-                                               [--learner PA|SVM]
+                                               [--learner PA|SVM|PARegressor]
 
-``--learner SVM`` puts the online SVM (Pegasos, its default λ) in PA's place.
+``--learner SVM`` puts the online SVM (Pegasos, its default λ) in PA's place, ``PARegressor``
+PA regression (its defaults; Shuttle's class numbers as the targets).
 
 To compare with another revision, run the same file with ``PYTHONPATH`` set to a worktree
 of it (``git worktree add /tmp/old REV``; the editable install would otherwise import this
@@ -75,7 +76,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=40_000)
     ap.add_argument("--batch", type=int, default=500, help="records per crossing")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--learner", choices=("PA", "SVM"), default="PA")
+    ap.add_argument("--learner", choices=("PA", "SVM", "PARegressor"), default="PA")
     args = ap.parse_args()
     X, y = shuttle()
     X, y = X.tolist(), y.tolist()

@@ -1,11 +1,12 @@
-"""The per-record loops of the spoke's hot path, compiled by numba: PA's and the online
-SVM's test-then-train walks (:class:`learning.learners.PAClassifier`,
-:class:`learning.learners.OnlineSVM`) and the standard scaler's prequential pass
-(:class:`learning.preprocessors.StandardScaler`). In numpy PA's walk and the scaler were
-a dozen calls on arrays of a mini-batch (e.g. 32 × 9 on Shuttle), each paying more in call
-overhead than in arithmetic: 3.5 of the kernel's 7.2 µs of CPU per record
-(docs/performance.md, "The kernel compiled"); the SVM's walk made five numpy calls per
-record (the kernel with it: 9.2 µs per record, 5.0 compiled).
+"""The per-record loops of the spoke's hot path, compiled by numba: the test-then-train
+walks of PA, PA regression and the online SVM (:class:`learning.learners.PAClassifier`,
+:class:`learning.learners.PARegressor`, :class:`learning.learners.OnlineSVM`) and the
+standard scaler's prequential pass (:class:`learning.preprocessors.StandardScaler`). In
+numpy PA's walk and the scaler were a dozen calls on arrays of a mini-batch (e.g. 32 × 9
+on Shuttle), each paying more in call overhead than in arithmetic: 3.5 of the kernel's 7.2
+µs of CPU per record (docs/performance.md, "The kernel compiled"); the SVM's walk made
+five numpy calls per record and PA regression's three (the kernel with them: 8.6–9.2 and
+6.6–6.8 µs per record, 4.7 compiled).
 
 Three rules keep them safe in PyFlink's thread mode, where every Python operator runs on
 pemja, one interpreter inside the JVM, and a task thread that hosts several chained
@@ -39,11 +40,27 @@ import numpy as np
 
 from learning.native import run_in_own_thread
 
-__all__ = ["compile_all", "pa_walk", "svm_walk", "moments_prefix", "standard_prequential"]
+__all__ = ["compile_all", "pa_tau", "pa_walk", "pa_regress_walk", "svm_walk", "moments_prefix",
+           "standard_prequential"]
 
 _F2 = "float64[:, ::1]"
 _F1 = "float64[::1]"
 _I1 = "int64[::1]"
+
+
+def pa_tau(loss, q, C, mode, half_C):
+    """τ, the PA step of a record with ``loss > 0`` and ``q = ‖x‖²`` (Crammer et al. 2006
+    §3): ``min(C, l/q)`` (PA-I, ``mode`` 1), ``l/q`` (PA, 0), ``l/(q + 1/(2C))`` (PA-II,
+    2; ``half_C`` is ``1/(2C)``); 0 for a zero record in modes 0 and 1. ``min`` as
+    Python's: a NaN ``l/q`` gives ``C``."""
+    if mode == 1:
+        if not q > 0.0:
+            return 0.0
+        tau = loss / q
+        return tau if tau < C else C
+    if mode == 0:
+        return loss / q if q > 0.0 else 0.0
+    return loss / (q + half_C)
 
 
 def pa_walk(X, X_test, Wb, yidx, start, predict_start, want, C, mode, half_C,
@@ -65,7 +82,7 @@ def pa_walk(X, X_test, Wb, yidx, start, predict_start, want, C, mode, half_C,
     want : bool
         Whether to predict at all.
     C, mode, half_C : float, int, float
-        As :func:`learning.learners.passive_aggressive.pa_step`.
+        As :func:`pa_tau`.
     learn_intercept : bool
         Whether ``b`` moves.
     pred : (n,) int64
@@ -115,16 +132,7 @@ def pa_walk(X, X_test, Wb, yidx, start, predict_start, want, C, mode, half_C,
         q = 0.0
         for j in range(d):
             q += X[i, j] * X[i, j]
-        if mode == 1:  # pa_step, with Python's min(C, l / q)
-            tau = 0.0
-            if q > 0.0:
-                tau = loss / q
-                if not tau < C:
-                    tau = C
-        elif mode == 0:
-            tau = loss / q if q > 0.0 else 0.0
-        else:
-            tau = loss / (q + half_C)
+        tau = pa_tau(loss, q, C, mode, half_C)
         out[0] += loss
         if tau > 0.0:
             h = 0.5 * tau
@@ -137,6 +145,51 @@ def pa_walk(X, X_test, Wb, yidx, start, predict_start, want, C, mode, half_C,
                 Wb[ri, d] -= h
             out[1] += 1.0
     return n
+
+
+def pa_regress_walk(X, X_test, wb, targets, C, mode, half_C, eps, learn_intercept, pred):
+    """A mini-batch ``X`` (n, d), one PA regression step per record (Crammer et al. 2006
+    §4, the ε-insensitive loss; :class:`learning.learners.PARegressor` states it), in
+    place on ``wb`` (d + 1,) float64 = ``[w | b]``.
+
+    Parameters
+    ----------
+    X, X_test : (n, d) float64
+        The records as learned and as predicted (the same array for no preprocessor).
+    targets : (n,) float64
+    C, mode, half_C : float, int, float
+        As :func:`pa_tau`.
+    eps : float
+        The width of the insensitive band.
+    learn_intercept : bool
+        Whether ``b`` moves.
+    pred : (n,) float64
+        Out: each record's prediction (``X_test[i]``) before its update.
+    """
+    n, d = X.shape
+    for i in range(n):
+        p = 0.0
+        for j in range(d):
+            p += X[i, j] * wb[j]
+        p += wb[d]
+        pt = 0.0  # (p itself when X_test is X)
+        for j in range(d):
+            pt += X_test[i, j] * wb[j]
+        pred[i] = pt + wb[d]
+        err = targets[i] - p
+        loss = abs(err) - eps
+        if loss <= 0.0:
+            continue
+        q = 0.0
+        for j in range(d):
+            q += X[i, j] * X[i, j]
+        tau = pa_tau(loss, q, C, mode, half_C)
+        if tau > 0.0:
+            step = tau if err > 0.0 else -tau
+            for j in range(d):
+                wb[j] += X[i, j] * step
+            if learn_intercept:
+                wb[d] += step
 
 
 def svm_walk(X, X_test, Wb, yidx, start, predict_start, want, lam, radius2,
@@ -288,8 +341,11 @@ def standard_prequential(X, X_test, n0, mean0, var0, with_std, mean, var, Z_test
 
 #: each function's one signature (numba's types)
 _SIGNATURES = {
+    "pa_tau": "float64(float64, float64, float64, int64, float64)",
     "pa_walk": f"int64({_F2}, {_F2}, {_F2}, {_I1}, int64, boolean, boolean, float64, int64, "
                f"float64, boolean, {_I1}, {_F1})",
+    "pa_regress_walk": f"void({_F2}, {_F2}, {_F1}, {_F1}, float64, int64, float64, float64, "
+                       f"boolean, {_F1})",
     "svm_walk": f"int64({_F2}, {_F2}, {_F2}, {_I1}, int64, boolean, boolean, float64, "
                 f"float64, boolean, {_I1}, {_I1}, {_F1})",
     "moments_prefix": f"void({_F2}, int64, {_F1}, {_F1}, {_F2}, {_F2})",

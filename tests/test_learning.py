@@ -194,6 +194,66 @@ def test_pa_compiled_walk_is_the_plain_algorithm(shuttle, digits, mode):
     assert np.array_equal(pa.get_params(), np.ravel(W), equal_nan=True)
 
 
+def _pa_regressor_reference(X: list, X_test: list, targets: list, wb: list, C: float,
+                            mode: int, eps: float, learn_intercept: bool) -> list:
+    """PA regression with the ε-insensitive loss (Crammer et al. 2006 §4) one record at a
+    time in plain Python, on ``wb`` = ``[w | b]`` in place, with the compiled walk's order
+    of sums; returns each record's prediction (``X_test``) before its update."""
+    def dot(x):
+        s = 0.0
+        for xj, wj in zip(x, wb):
+            s += xj * wj
+        return s + wb[-1]
+
+    predictions = []
+    for x, xt, target in zip(X, X_test, targets):
+        p = dot(x)
+        predictions.append(dot(xt))
+        err = target - p
+        loss = abs(err) - eps
+        if loss <= 0.0:
+            continue
+        q = 0.0
+        for xj in x:
+            q += xj * xj
+        tau = (min(C, loss / q) if q > 0 else 0.0) if mode == 1 else (
+            (loss / q if q > 0 else 0.0) if mode == 0 else loss / (q + 0.5 / C))
+        if tau > 0.0:
+            step = tau if err > 0.0 else -tau
+            for j, xj in enumerate(x):
+                wb[j] += xj * step
+            if learn_intercept:
+                wb[-1] += step
+    return predictions
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_pa_regressor_compiled_walk_is_the_plain_algorithm(mode):
+    """PA regression's compiled loop gives the same model and predictions, bit for bit,
+    as the algorithm written out in plain Python (scikit-learn's diabetes records scaled
+    prequentially, with and without the intercept, and unscaled with zero records)."""
+    from sklearn.datasets import load_diabetes
+
+    from learning.learners import PARegressor
+
+    X, y = load_diabetes(return_X_y=True)
+    X = np.tile(X, (2, 1))
+    y = np.tile(y, 2).astype(np.float64)
+    X[::9] = 0.0
+    for learn_intercept, scaled in ((True, True), (False, True), (True, False)):
+        model = PARegressor(C=0.5, mode=mode, eps=2.0, learn_intercept=learn_intercept)
+        scaler, wb = StandardScaler(), [0.0] * (X.shape[1] + 1)
+        for i in range(0, len(X), 32):
+            X_test, X_learn = (scaler.prequential_transform(X[i:i + 32]) if scaled
+                               else (10.0 * X[i:i + 32],) * 2)  # (‖x‖² about 1)
+            got = model.test_then_train(X_learn, y[i:i + 32], X_test=X_test)[0]
+            want = _pa_regressor_reference(X_learn.tolist(), X_test.tolist(),
+                                           y[i:i + 32].tolist(), wb, 0.5, mode, 2.0,
+                                           learn_intercept)
+            assert np.array_equal(got, want)
+        assert np.array_equal(model.get_params(), wb) and np.isfinite(wb).all()
+
+
 def _svm_reference(X: list, X_test: list, labels: list, classes: list, W: list, t: int,
                    lam: float, radius2: float) -> tuple[list, float, int]:
     """Multi-class Pegasos (Shalev-Shwartz et al. 2011 §2, §6; Crammer and Singer's

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from learning import compiled
 from learning.hyperparameters import Hyperparameter, check_stored
-from learning.learners.passive_aggressive import pa_step
 from learning.learners.regressor import LinearRegressor
 
 __all__ = ["PARegressor"]
@@ -121,33 +121,18 @@ class PARegressor(LinearRegressor):
 
     def _learn(self, X: np.ndarray, t: np.ndarray, X_test: np.ndarray | None,
                want_predictions: bool) -> list:
-        """The per-record loop: the only place the model is updated. Returns the
-        prediction of each record (as predicted, ``X_test``) before its update, wanted or
-        not (they are a by-product of the update)."""
-        n, d = X.shape
-        XA = np.ones((n, d + 1))
-        XA[:, :d] = X
-        XU = XA.copy()  # step direction, intercept column 1 or 0
-        if not self.learn_intercept:
-            XU[:, d] = 0.0
-        XT = None
-        if X_test is not None:
-            XT = np.ones((n, d + 1))
-            XT[:, :d] = X_test
-        sq = np.einsum("ij,ij->i", X, X).tolist()
-        targets = t.tolist()
-        C, mode, eps = float(self.C) * self.step_scale, self.mode, float(self.eps)
-        half_C = 0.5 / C
-        wb = self._wb
-        predictions = [0.0] * n
-        for i in range(n):
-            p = float(XA[i] @ wb)
-            predictions[i] = p if XT is None else float(XT[i] @ wb)
-            err = targets[i] - p
-            loss = abs(err) - eps
-            if loss <= 0.0:
-                continue
-            tau = pa_step(loss, sq[i], C, mode, half_C)
-            if tau > 0.0:
-                wb += XU[i] * (tau if err > 0.0 else -tau)
-        return predictions
+        """The per-record loop, compiled (:func:`learning.compiled.pa_regress_walk`): the
+        only place the model is updated. Returns the prediction of each record (as
+        predicted, ``X_test``) before its update, wanted or not (they are a by-product of
+        the update)."""
+        compiled.compile_all()
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        X_test = X if X_test is None else np.ascontiguousarray(X_test, dtype=np.float64)
+        targets = np.ascontiguousarray(t, dtype=np.float64)
+        C, mode, eps = float(self.C) * self.step_scale, int(self.mode), float(self.eps)
+        if not self._wb.flags.c_contiguous:  # (a loaded model)
+            self._wb = np.ascontiguousarray(self._wb)
+        pred = np.empty(X.shape[0])
+        compiled.pa_regress_walk(X, X_test, self._wb, targets, C, mode, 0.5 / C, eps,
+                                 bool(self.learn_intercept), pred)
+        return pred.tolist()

@@ -16,18 +16,7 @@ from learning import compiled
 from learning.hyperparameters import Hyperparameter, check_stored
 from learning.learners.linear import LinearClassifier
 
-__all__ = ["PAClassifier", "pa_step"]
-
-
-def pa_step(loss: float, q: float, C: float, mode: int, half_C: float) -> float:
-    """τ, the step of a record with ``loss > 0`` and ``q = ‖x‖²`` (Crammer et al. 2006 §3):
-    ``min(C, l/q)`` (PA-I, ``mode`` 1), ``l/q`` (PA, 0), ``l/(q + 1/(2C))`` (PA-II, 2;
-    ``half_C`` is ``1/(2C)``); 0 for a zero record in modes 0 and 1."""
-    if mode == 1:
-        return min(C, loss / q) if q > 0.0 else 0.0
-    if mode == 0:
-        return loss / q if q > 0.0 else 0.0
-    return loss / (q + half_C)
+__all__ = ["PAClassifier"]
 
 
 class PAClassifier(LinearClassifier):
