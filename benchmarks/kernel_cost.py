@@ -9,10 +9,11 @@ streams: training records only, every fifth record a forecast (the demo's and
 half of the records).
 
     .venv/bin/python benchmarks/kernel_cost.py [--records 40000] [--batch 500] [--repeats 5]
-                                               [--learner PA|SVM|PARegressor]
+                                               [--learner PA|SVM|PARegressor|Ridge]
 
 ``--learner SVM`` puts the online SVM (Pegasos, its default λ) in PA's place, ``PARegressor``
-PA regression (its defaults; Shuttle's class numbers as the targets).
+and ``Ridge`` PA regression and online ridge regression (their defaults; Shuttle's class
+numbers as the targets).
 
 To compare with another revision, run the same file with ``PYTHONPATH`` set to a worktree
 of it (``git worktree add /tmp/old REV``; the editable install would otherwise import this
@@ -76,7 +77,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=40_000)
     ap.add_argument("--batch", type=int, default=500, help="records per crossing")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--learner", choices=("PA", "SVM", "PARegressor"), default="PA")
+    ap.add_argument("--learner", choices=("PA", "SVM", "PARegressor", "Ridge"), default="PA")
     args = ap.parse_args()
     X, y = shuttle()
     X, y = X.tolist(), y.tolist()

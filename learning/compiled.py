@@ -1,12 +1,13 @@
 """The per-record loops of the spoke's hot path, compiled by numba: the test-then-train
 walks of PA, PA regression and the online SVM (:class:`learning.learners.PAClassifier`,
-:class:`learning.learners.PARegressor`, :class:`learning.learners.OnlineSVM`) and the
+:class:`learning.learners.PARegressor`, :class:`learning.learners.OnlineSVM`), online
+ridge regression's prequential RLS steps (:class:`learning.learners.OnlineRidge`) and the
 standard scaler's prequential pass (:class:`learning.preprocessors.StandardScaler`). In
 numpy PA's walk and the scaler were a dozen calls on arrays of a mini-batch (e.g. 32 × 9
 on Shuttle), each paying more in call overhead than in arithmetic: 3.5 of the kernel's 7.2
 µs of CPU per record (docs/performance.md, "The kernel compiled"); the SVM's walk made
-five numpy calls per record and PA regression's three (the kernel with them: 8.6–9.2 and
-6.6–6.8 µs per record, 4.7 compiled).
+five numpy calls per record, ridge's six and PA regression's three (the kernel with them:
+8.6–9.2, 12.0–12.2 and 6.6–6.8 µs per record; 4.7, 5.6–6.0 and 4.6 compiled).
 
 Three rules keep them safe in PyFlink's thread mode, where every Python operator runs on
 pemja, one interpreter inside the JVM, and a task thread that hosts several chained
@@ -40,8 +41,8 @@ import numpy as np
 
 from learning.native import run_in_own_thread
 
-__all__ = ["compile_all", "pa_tau", "pa_walk", "pa_regress_walk", "svm_walk", "moments_prefix",
-           "standard_prequential"]
+__all__ = ["compile_all", "pa_tau", "pa_walk", "pa_regress_walk", "svm_walk",
+           "rls_prequential", "moments_prefix", "standard_prequential"]
 
 _F2 = "float64[:, ::1]"
 _F1 = "float64[::1]"
@@ -280,6 +281,38 @@ def svm_walk(X, X_test, Wb, yidx, start, predict_start, want, lam, radius2,
     return n
 
 
+def rls_prequential(XA, XT, t, start, m, P, wb, u, out):
+    """Recursive least squares through records ``start..`` of a mini-batch (Haykin 2002
+    ch. 9, the Sherman–Morrison step; :class:`learning.learners.OnlineRidge`, whose
+    statistics this does not touch): ``out[i]`` = ``XT[i, :m] · wb`` before record ``i``,
+    then ``wb`` and ``P`` = ``A⁻¹`` (m, m) float64 take its step, in place (scratch
+    copies). ``XA``, ``XT``: (n, ≥ m) float64; ``t``: (n,) float64 targets; ``u``: (m,)
+    float64 scratch; ``out``: (n,) float64."""
+    n = XA.shape[0]
+    for i in range(start, n):
+        p = 0.0
+        for a in range(m):
+            p += XT[i, a] * wb[a]
+        out[i] = p
+        for a in range(m):  # u = P x
+            s = 0.0
+            for b in range(m):
+                s += P[a, b] * XA[i, b]
+            u[a] = s
+        xu = 0.0
+        xw = 0.0
+        for a in range(m):
+            xu += XA[i, a] * u[a]
+            xw += XA[i, a] * wb[a]
+        denom = 1.0 + xu
+        r = t[i] - xw
+        for a in range(m):  # k = u / (1 + x·u); wb += k r; P -= k uᵀ
+            k = u[a] / denom
+            wb[a] += k * r
+            for b in range(m):
+                P[a, b] -= k * u[b]
+
+
 def moments_prefix(X, n0, mean0, var0, mean, var):
     """Mean and population variance after each prefix ``X[:k+1]`` of a batch ``X`` (n, d),
     continuing ``n0`` records learned before with ``mean0``, ``var0`` ((d,) float64, unread
@@ -348,6 +381,7 @@ _SIGNATURES = {
                        f"boolean, {_F1})",
     "svm_walk": f"int64({_F2}, {_F2}, {_F2}, {_I1}, int64, boolean, boolean, float64, "
                 f"float64, boolean, {_I1}, {_I1}, {_F1})",
+    "rls_prequential": f"void({_F2}, {_F2}, {_F1}, int64, int64, {_F2}, {_F1}, {_F1}, {_F1})",
     "moments_prefix": f"void({_F2}, int64, {_F1}, {_F1}, {_F2}, {_F2})",
     "_scaled": "float64(float64, float64, float64, boolean)",
     "standard_prequential": f"void({_F2}, {_F2}, int64, {_F1}, {_F1}, boolean, {_F2}, {_F2}, "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from learning import compiled
 from learning.errors import ParameterError
 from learning.hyperparameters import Hyperparameter, check_stored
 from learning.learners.linear import check_n_features, load_matrix
@@ -161,7 +162,8 @@ class OnlineRidge(LinearRegressor):
 
     def _prequential(self, XA: np.ndarray, XT: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Predictions of ``XT[i]`` by the solution after records ``< i`` (RLS steps on a
-        scratch copy; the statistics are updated by the caller)."""
+        scratch copy, in the compiled loop :func:`learning.compiled.rls_prequential`; the
+        statistics are updated by the caller)."""
         n = XA.shape[0]
         A, h, m = self._system()
         out = np.empty(n)
@@ -183,13 +185,11 @@ class OnlineRidge(LinearRegressor):
                 wb = P @ h
             except np.linalg.LinAlgError:
                 wb = np.linalg.lstsq(A, h, rcond=None)[0]
-        for i in range(start, n):
-            x = XA[i, :m]
-            out[i] = XT[i, :m] @ wb
-            u = P @ x
-            k = u / (1.0 + x @ u)
-            wb += k * (t[i] - x @ wb)
-            P -= np.outer(k, u)
+        if start < n:
+            compiled.compile_all()
+            compiled.rls_prequential(XA, XT, np.ascontiguousarray(t, dtype=np.float64), start,
+                                     m, np.ascontiguousarray(P), np.ascontiguousarray(wb),
+                                     np.empty(m), out)
         return out
 
     # --- the flat vector ----------------------------------------------------------------
