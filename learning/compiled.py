@@ -41,19 +41,23 @@ import numpy as np
 
 from learning.native import run_in_own_thread
 
-__all__ = ["compile_all", "pa_tau", "pa_walk", "pa_regress_walk", "svm_walk",
-           "rls_prequential", "moments_prefix", "standard_prequential"]
+__all__ = ["compile_all", "best_row", "label_and_rival", "move_apart", "pa_tau", "pa_walk",
+           "pa_regress_walk", "svm_walk", "rls_prequential", "moments_prefix",
+           "standard_prequential"]
 
 _F2 = "float64[:, ::1]"
 _F1 = "float64[::1]"
 _I1 = "int64[::1]"
 
 
-def pa_tau(loss, q, C, mode, half_C):
-    """τ, the PA step of a record with ``loss > 0`` and ``q = ‖x‖²`` (Crammer et al. 2006
-    §3): ``min(C, l/q)`` (PA-I, ``mode`` 1), ``l/q`` (PA, 0), ``l/(q + 1/(2C))`` (PA-II,
-    2; ``half_C`` is ``1/(2C)``); 0 for a zero record in modes 0 and 1. ``min`` as
-    Python's: a NaN ``l/q`` gives ``C``."""
+def pa_tau(X, i, loss, C, mode, half_C):
+    """τ, the PA step of record ``X[i]`` with ``loss > 0`` and ``q = ‖X[i]‖²`` (Crammer et
+    al. 2006 §3): ``min(C, l/q)`` (PA-I, ``mode`` 1), ``l/q`` (PA, 0), ``l/(q + 1/(2C))``
+    (PA-II, 2; ``half_C`` is ``1/(2C)``); 0 for a zero record in modes 0 and 1. ``min``
+    as Python's: a NaN ``l/q`` gives ``C``."""
+    q = 0.0
+    for j in range(X.shape[1]):
+        q += X[i, j] * X[i, j]
     if mode == 1:
         if not q > 0.0:
             return 0.0
@@ -62,6 +66,54 @@ def pa_tau(loss, q, C, mode, half_C):
     if mode == 0:
         return loss / q if q > 0.0 else 0.0
     return loss / (q + half_C)
+
+
+def best_row(X, i, Wb):
+    """The row of ``Wb`` (K, d + 1) with the highest score ``X[i] · w_k + b_k``; -1 for no
+    row. Ties and NaN scores take the first row, as Python's ``max`` and ``list.index``
+    do."""
+    d = X.shape[1]
+    best, arg = 0.0, -1
+    for k in range(Wb.shape[0]):
+        s = 0.0
+        for j in range(d):
+            s += X[i, j] * Wb[k, j]
+        s += Wb[k, d]
+        if k == 0 or s > best:
+            best, arg = s, k
+    return arg
+
+
+def label_and_rival(X, i, Wb, yi):
+    """``(s_y, s_r, r)``: record ``X[i]``'s score for its label's row ``yi``, and the best
+    score of the other rows with its row ``r`` (the label's own counting as -inf; ties
+    and NaN take the first row), for the multi-class hinge ``1 − s_y + s_r``."""
+    d = X.shape[1]
+    sy, sr, ri = 0.0, 0.0, 0
+    for k in range(Wb.shape[0]):
+        s = 0.0
+        for j in range(d):
+            s += X[i, j] * Wb[k, j]
+        s += Wb[k, d]
+        if k == yi:
+            sy, s = s, -np.inf
+        if k == 0 or s > sr:
+            sr, ri = s, k
+    return sy, sr, ri
+
+
+def move_apart(X, i, Wb, yi, ri, c, learn_intercept):
+    """Row ``yi`` of ``Wb`` (K, d + 1) moves by ``c [X[i] | 1]`` and row ``ri`` by its
+    opposite (the intercept column only with ``learn_intercept``): a multi-class hinge
+    step."""
+    d = X.shape[1]
+    for j in range(d):
+        u = X[i, j] * c
+        Wb[yi, j] += u
+        Wb[ri, j] -= u
+    if learn_intercept:
+        Wb[yi, d] += c
+        Wb[ri, d] -= c
 
 
 def pa_walk(X, X_test, Wb, yidx, start, predict_start, want, C, mode, half_C,
@@ -99,51 +151,24 @@ def pa_walk(X, X_test, Wb, yidx, start, predict_start, want, C, mode, half_C,
         none. Ties and NaN scores take the first row, as Python's ``max`` and
         ``list.index`` do.
     """
-    n, d = X.shape
+    n = X.shape[0]
     K = Wb.shape[0]
     for i in range(start, n):
         if want and (i > start or predict_start):
-            best, arg = 0.0, -1  # argmax of X_test[i]'s scores (-1: no class yet)
-            for k in range(K):
-                s = 0.0
-                for j in range(d):
-                    s += X_test[i, j] * Wb[k, j]
-                s += Wb[k, d]
-                if k == 0 or s > best:
-                    best, arg = s, k
-            pred[i] = arg
+            pred[i] = best_row(X_test, i, Wb)
         yi = yidx[i]
         if yi < 0:
             return i
         if K < 2:
             continue
-        sy, sr, ri = 0.0, 0.0, 0  # the label's score, the best rival's and its row:
-        for k in range(K):  # the label's own score counts as -inf there
-            s = 0.0
-            for j in range(d):
-                s += X[i, j] * Wb[k, j]
-            s += Wb[k, d]
-            if k == yi:
-                sy, s = s, -np.inf
-            if k == 0 or s > sr:
-                sr, ri = s, k
+        sy, sr, ri = label_and_rival(X, i, Wb, yi)
         loss = 1.0 - sy + sr
         if loss <= 0.0:
             continue
-        q = 0.0
-        for j in range(d):
-            q += X[i, j] * X[i, j]
-        tau = pa_tau(loss, q, C, mode, half_C)
+        tau = pa_tau(X, i, loss, C, mode, half_C)
         out[0] += loss
         if tau > 0.0:
-            h = 0.5 * tau
-            for j in range(d):
-                u = X[i, j] * h
-                Wb[yi, j] += u
-                Wb[ri, j] -= u
-            if learn_intercept:
-                Wb[yi, d] += h
-                Wb[ri, d] -= h
+            move_apart(X, i, Wb, yi, ri, 0.5 * tau, learn_intercept)
             out[1] += 1.0
     return n
 
@@ -181,10 +206,7 @@ def pa_regress_walk(X, X_test, wb, targets, C, mode, half_C, eps, learn_intercep
         loss = abs(err) - eps
         if loss <= 0.0:
             continue
-        q = 0.0
-        for j in range(d):
-            q += X[i, j] * X[i, j]
-        tau = pa_tau(loss, q, C, mode, half_C)
+        tau = pa_tau(X, i, loss, C, mode, half_C)
         if tau > 0.0:
             step = tau if err > 0.0 else -tau
             for j in range(d):
@@ -224,34 +246,14 @@ def svm_walk(X, X_test, Wb, yidx, start, predict_start, want, lam, radius2,
     steps = t[0]
     for i in range(start, n):
         if want and (i > start or predict_start):
-            best, arg = 0.0, -1  # argmax of X_test[i]'s scores (-1: no class yet)
-            if K >= 2:
-                for k in range(K):
-                    s = 0.0
-                    for j in range(d):
-                        s += X_test[i, j] * Wb[k, j]
-                    s += Wb[k, d]
-                    if k == 0 or s > best:
-                        best, arg = s, k
-            elif K == 1:
-                arg = 0
-            pred[i] = arg
+            pred[i] = best_row(X_test, i, Wb)
         yi = yidx[i]
         if yi < 0:
             t[0] = steps
             return i
         if K < 2:
             continue
-        sy, sr, ri = 0.0, 0.0, 0  # the label's score, the best rival's and its row
-        for k in range(K):
-            s = 0.0
-            for j in range(d):
-                s += X[i, j] * Wb[k, j]
-            s += Wb[k, d]
-            if k == yi:
-                sy, s = s, -np.inf
-            if k == 0 or s > sr:
-                sr, ri = s, k
+        sy, sr, ri = label_and_rival(X, i, Wb, yi)
         steps += 1
         loss = 1.0 - sy + sr
         shrink = 1.0 - 1.0 / steps  # 0 at the first step: 1 - η_1 λ
@@ -260,14 +262,7 @@ def svm_walk(X, X_test, Wb, yidx, start, predict_start, want, lam, radius2,
                 Wb[k, j] = 0.0 if steps == 1 else Wb[k, j] * shrink
         if loss > 0.0:
             out[0] += loss
-            c = 0.5 / (lam * steps)
-            for j in range(d):
-                u = X[i, j] * c
-                Wb[yi, j] += u
-                Wb[ri, j] -= u
-            if learn_intercept:
-                Wb[yi, d] += c
-                Wb[ri, d] -= c
+            move_apart(X, i, Wb, yi, ri, 0.5 / (lam * steps), learn_intercept)
         norm2 = 0.0
         for k in range(K):
             for j in range(d + 1):
@@ -374,7 +369,10 @@ def standard_prequential(X, X_test, n0, mean0, var0, with_std, mean, var, Z_test
 
 #: each function's one signature (numba's types)
 _SIGNATURES = {
-    "pa_tau": "float64(float64, float64, float64, int64, float64)",
+    "best_row": f"int64({_F2}, int64, {_F2})",
+    "label_and_rival": f"Tuple((float64, float64, int64))({_F2}, int64, {_F2}, int64)",
+    "move_apart": f"void({_F2}, int64, {_F2}, int64, int64, float64, boolean)",
+    "pa_tau": f"float64({_F2}, int64, float64, float64, int64, float64)",
     "pa_walk": f"int64({_F2}, {_F2}, {_F2}, {_I1}, int64, boolean, boolean, float64, int64, "
                f"float64, boolean, {_I1}, {_F1})",
     "pa_regress_walk": f"void({_F2}, {_F2}, {_F1}, {_F1}, float64, int64, float64, float64, "

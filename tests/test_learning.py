@@ -113,47 +113,69 @@ def test_binary_pa_equals_river(mode, C, learn_intercept):
     assert loss > 0
 
 
+def _score(x: list, row: list) -> float:
+    """``x · w + b`` for a row ``[w | b]``, summed in order as the compiled loops do."""
+    s = 0.0
+    for xj, wj in zip(x, row):
+        s += xj * wj
+    return s + row[-1]
+
+
+def _predict_then_rival(x: list, xt: list, label, classes: list, W: list) -> tuple:
+    """The first half of a multi-class linear step in plain Python: the prediction of
+    ``xt`` (None without a class; ties: the first), the label's zero row added at its
+    sorted place when new, then ``(prediction, (s_y, s_r, r))`` of ``x`` (None for the
+    scores while fewer than two classes are known)."""
+    scores = [_score(xt, row) for row in W]
+    prediction = classes[scores.index(max(scores))] if W else None
+    if label not in classes:
+        pos = sorted(classes + [label]).index(label)
+        classes.insert(pos, label)
+        W.insert(pos, [0.0] * (len(x) + 1))
+    if len(W) < 2:
+        return prediction, None
+    yi = classes.index(label)
+    s = [_score(x, row) for row in W]
+    sy, s[yi] = s[yi], float("-inf")
+    sr = max(s)
+    return prediction, (sy, sr, s.index(sr))
+
+
+def _pa_tau(loss: float, x: list, C: float, mode: int) -> float:
+    """PA's step (Crammer et al. 2006 §3) in plain Python, ``‖x‖²`` summed in order."""
+    q = 0.0
+    for xj in x:
+        q += xj * xj
+    if mode == 1:
+        return min(C, loss / q) if q > 0 else 0.0
+    return (loss / q if q > 0 else 0.0) if mode == 0 else loss / (q + 0.5 / C)
+
+
 def _pa_reference(X: list, X_test: list, labels: list, classes: list, W: list, C: float,
                   mode: int) -> tuple[list, float]:
     """Crammer et al.'s multi-class PA (2006, §3 and §7) one record at a time in plain
     Python, on ``W`` (rows ``[w | b]`` per class of ``classes``, sorted) in place, with the
     compiled walk's order of sums and its ties (first row); returns the predictions and
     the loss sum."""
-    def score(x, row):
-        s = 0.0
-        for xj, wj in zip(x, row):
-            s += xj * wj
-        return s + row[-1]
-
     predictions, loss_sum = [], 0.0
     for x, xt, label in zip(X, X_test, labels):
-        scores = [score(xt, row) for row in W]
-        predictions.append(classes[scores.index(max(scores))] if W else None)
-        if label not in classes:
-            pos = sorted(classes + [label]).index(label)
-            classes.insert(pos, label)
-            W.insert(pos, [0.0] * (len(x) + 1))
-        if len(W) < 2:
+        prediction, scores = _predict_then_rival(x, xt, label, classes, W)
+        predictions.append(prediction)
+        if scores is None:
             continue
+        sy, sr, ri = scores
         yi = classes.index(label)
-        s = [score(x, row) for row in W]
-        sy, s[yi] = s[yi], float("-inf")
-        sr = max(s)
         loss = 1.0 - sy + sr
         if loss <= 0.0:
             continue
-        q = 0.0
-        for xj in x:
-            q += xj * xj
-        tau = (min(C, loss / q) if q > 0 else 0.0) if mode == 1 else (
-            (loss / q if q > 0 else 0.0) if mode == 0 else loss / (q + 0.5 / C))
+        tau = _pa_tau(loss, x, C, mode)
         loss_sum += loss
         if tau > 0.0:
             h = 0.5 * tau
             for j, xj in enumerate(x + [1.0]):
                 u = xj * h
                 W[yi][j] += u
-                W[s.index(sr)][j] -= u
+                W[ri][j] -= u
     return predictions, loss_sum
 
 
@@ -199,25 +221,15 @@ def _pa_regressor_reference(X: list, X_test: list, targets: list, wb: list, C: f
     """PA regression with the ε-insensitive loss (Crammer et al. 2006 §4) one record at a
     time in plain Python, on ``wb`` = ``[w | b]`` in place, with the compiled walk's order
     of sums; returns each record's prediction (``X_test``) before its update."""
-    def dot(x):
-        s = 0.0
-        for xj, wj in zip(x, wb):
-            s += xj * wj
-        return s + wb[-1]
-
     predictions = []
     for x, xt, target in zip(X, X_test, targets):
-        p = dot(x)
-        predictions.append(dot(xt))
+        p = _score(x, wb)
+        predictions.append(_score(xt, wb))
         err = target - p
         loss = abs(err) - eps
         if loss <= 0.0:
             continue
-        q = 0.0
-        for xj in x:
-            q += xj * xj
-        tau = (min(C, loss / q) if q > 0 else 0.0) if mode == 1 else (
-            (loss / q if q > 0 else 0.0) if mode == 0 else loss / (q + 0.5 / C))
+        tau = _pa_tau(loss, x, C, mode)
         if tau > 0.0:
             step = tau if err > 0.0 else -tau
             for j, xj in enumerate(x):
@@ -260,30 +272,15 @@ def _svm_reference(X: list, X_test: list, labels: list, classes: list, W: list, 
     hinge) one record at a time in plain Python, on ``W`` (rows ``[w | b]`` per class of
     ``classes``, sorted) in place, with the compiled walk's order of sums and its ties
     (first row); returns the predictions, the loss sum and the steps taken."""
-    def score(x, row):
-        s = 0.0
-        for xj, wj in zip(x, row):
-            s += xj * wj
-        return s + row[-1]
-
     predictions, loss_sum = [], 0.0
     for x, xt, label in zip(X, X_test, labels):
-        if len(W) >= 2:
-            scores = [score(xt, row) for row in W]
-            predictions.append(classes[scores.index(max(scores))])
-        else:
-            predictions.append(classes[0] if W else None)
-        if label not in classes:
-            pos = sorted(classes + [label]).index(label)
-            classes.insert(pos, label)
-            W.insert(pos, [0.0] * (len(x) + 1))
-        if len(W) < 2:
+        prediction, scores = _predict_then_rival(x, xt, label, classes, W)
+        predictions.append(prediction)
+        if scores is None:
             continue
         t += 1
+        sy, sr, ri = scores
         yi = classes.index(label)
-        s = [score(x, row) for row in W]
-        sy, s[yi] = s[yi], float("-inf")
-        sr = max(s)
         loss = 1.0 - sy + sr
         for row in W:
             for j, w in enumerate(row):
@@ -294,7 +291,7 @@ def _svm_reference(X: list, X_test: list, labels: list, classes: list, W: list, 
             for j, xj in enumerate(x + [1.0]):
                 u = xj * c
                 W[yi][j] += u
-                W[s.index(sr)][j] -= u
+                W[ri][j] -= u
         norm2 = 0.0
         for row in W:
             for w in row:

@@ -126,6 +126,38 @@ class LinearClassifier(Learner, abc.ABC):
             XU[:, d] = 0.0
         return XA, XU
 
+    def _walk(self, walk, X: np.ndarray, labels: list, X_test: np.ndarray | None,
+              want_predictions: bool, params: tuple, out: np.ndarray) -> list | None:
+        """Run a compiled per-record walk (:func:`learning.compiled.pa_walk`,
+        :func:`~learning.compiled.svm_walk`) over a mini-batch, called as ``walk(X,
+        X_test, Wb, label rows, start, predict start, want_predictions, *params, pred,
+        out)``. A record whose label has no row yet stops it; the row is added here (after
+        the record's prediction, which names the classes as they were) and the walk goes
+        on from that record. Returns the predictions (None unless wanted)."""
+        n = X.shape[0]
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        X_test = X if X_test is None else np.ascontiguousarray(X_test, dtype=np.float64)
+        index = self._labels
+        yidx = np.asarray(index.rows(labels), dtype=np.int64)
+        pred = np.empty(n, dtype=np.int64)
+        predictions = [None] * n if want_predictions else None
+        i, predict_first = 0, True
+        while True:
+            if not self._Wb.flags.c_contiguous:  # (a loaded or inserted-into model)
+                self._Wb = np.ascontiguousarray(self._Wb)
+            stop = walk(X, X_test, self._Wb, yidx, i, predict_first, want_predictions,
+                        *params, pred, out)
+            if want_predictions:
+                classes, lo = self.classes, i if predict_first else i + 1
+                for j, row in enumerate(pred[lo:stop + 1].tolist(), lo):
+                    if row >= 0:
+                        predictions[j] = classes[row]
+            if stop >= n:
+                return predictions
+            self._add_labels([labels[stop]])  # a zero row at its sorted position
+            yidx[stop:] = index.rows(labels[stop:])
+            i, predict_first = stop, False
+
     @abc.abstractmethod
     def _stream(self, X: np.ndarray, labels: list, X_test: np.ndarray | None,
                 want_predictions: bool) -> tuple[list | None, float]:

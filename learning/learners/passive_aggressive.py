@@ -125,35 +125,10 @@ class PAClassifier(LinearClassifier):
     def _stream(self, X: np.ndarray, labels: list, X_test: np.ndarray | None,
                 want_predictions: bool) -> tuple[list | None, float]:
         """One PA step per record (see :meth:`LinearClassifier._stream`), in the compiled
-        loop :func:`learning.compiled.pa_walk`; a record with a label not seen before
-        stops it, gets its zero row here (after its prediction) and the loop goes on from
-        it."""
+        loop :func:`learning.compiled.pa_walk` (:meth:`LinearClassifier._walk`)."""
         compiled.compile_all()
-        n = X.shape[0]
-        X = np.ascontiguousarray(X, dtype=np.float64)
-        X_test = X if X_test is None else np.ascontiguousarray(X_test, dtype=np.float64)
         C, mode = float(self.C) * self.step_scale, int(self.mode)
-        half_C = 0.5 / C
-        index = self._labels
-        yidx = np.asarray(index.rows(labels), dtype=np.int64)
-        pred = np.empty(n, dtype=np.int64)
         totals = np.zeros(2)  # loss sum, updates
-        predictions = [None] * n if want_predictions else None
-        i, predict_first = 0, True
-        while True:
-            if not self._Wb.flags.c_contiguous:  # (a loaded or inserted-into model)
-                self._Wb = np.ascontiguousarray(self._Wb)
-            t = compiled.pa_walk(X, X_test, self._Wb, yidx, i, predict_first,
-                                 want_predictions, C, mode, half_C,
-                                 bool(self.learn_intercept), pred, totals)
-            if want_predictions:  # rows name classes as they are before a new label's
-                classes, lo = self.classes, i if predict_first else i + 1
-                for j, row in enumerate(pred[lo:t + 1].tolist(), lo):
-                    if row >= 0:
-                        predictions[j] = classes[row]
-            if t >= n:
-                break
-            self._add_labels([labels[t]])  # a zero row at its sorted position
-            yidx[t:] = index.rows(labels[t:])
-            i, predict_first = t, False
+        predictions = self._walk(compiled.pa_walk, X, labels, X_test, want_predictions,
+                                 (C, mode, 0.5 / C, bool(self.learn_intercept)), totals)
         return predictions, float(totals[0])

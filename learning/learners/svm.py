@@ -125,38 +125,14 @@ class OnlineSVM(LinearClassifier):
     def _stream(self, X: np.ndarray, labels: list, X_test: np.ndarray | None,
                 want_predictions: bool) -> tuple[list | None, float]:
         """One Pegasos step per record (see :meth:`LinearClassifier._stream`), in the
-        compiled loop :func:`learning.compiled.svm_walk`; a record with a label not seen
-        before stops it, gets its zero row here (after its prediction) and the loop goes
-        on from it."""
+        compiled loop :func:`learning.compiled.svm_walk` (:meth:`LinearClassifier._walk`)."""
         compiled.compile_all()
-        n = X.shape[0]
-        X = np.ascontiguousarray(X, dtype=np.float64)
-        X_test = X if X_test is None else np.ascontiguousarray(X_test, dtype=np.float64)
         lam = float(self.lam)
         radius2 = 1.0 / (2.0 * lam) if self.projection else math.inf
-        index = self._labels
-        yidx = np.asarray(index.rows(labels), dtype=np.int64)
-        pred = np.empty(n, dtype=np.int64)
         steps = np.array([self.t], dtype=np.int64)
         loss = np.zeros(1)
-        predictions = [None] * n if want_predictions else None
-        i, predict_first = 0, True
-        while True:
-            if not self._Wb.flags.c_contiguous:  # (a loaded or inserted-into model)
-                self._Wb = np.ascontiguousarray(self._Wb)
-            stop = compiled.svm_walk(X, X_test, self._Wb, yidx, i, predict_first,
-                                     want_predictions, lam, radius2,
-                                     bool(self.learn_intercept), steps, pred, loss)
-            if want_predictions:  # rows name classes as they are before a new label's
-                classes, lo = self.classes, i if predict_first else i + 1
-                for j, row in enumerate(pred[lo:stop + 1].tolist(), lo):
-                    if row >= 0:
-                        predictions[j] = classes[row]
-            if stop >= n:
-                break
-            self._add_labels([labels[stop]])  # a zero row at its sorted position
-            yidx[stop:] = index.rows(labels[stop:])
-            i, predict_first = stop, False
+        predictions = self._walk(compiled.svm_walk, X, labels, X_test, want_predictions,
+                                 (lam, radius2, bool(self.learn_intercept), steps), loss)
         self.t = int(steps[0])
         return predictions, float(loss[0])
 
