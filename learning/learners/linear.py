@@ -110,22 +110,6 @@ class LinearClassifier(Learner, abc.ABC):
 
     # --- learning -----------------------------------------------------------------------
 
-    def _augmented(self, X: np.ndarray, X_test: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """``(XA, XU)`` for the per-record loop: ``XA`` (n, 1 or 2, d + 1) holds each
-        record as learned in row -1 and as predicted (``X_test``) in row 0, with a last
-        column of ones; ``XU`` (n, d + 1) is the update direction, whose intercept column
-        is 0 when ``learn_intercept`` is off."""
-        n, d = X.shape
-        XA = np.empty((n, 1 if X_test is None else 2, d + 1))  # (np.ones lets go of the GIL)
-        XA[:, :, d] = 1.0
-        XA[:, -1, :d] = X
-        if X_test is not None:
-            XA[:, 0, :d] = X_test
-        XU = XA[:, -1, :].copy()
-        if not self.learn_intercept:
-            XU[:, d] = 0.0
-        return XA, XU
-
     def _walk(self, walk, X: np.ndarray, labels: list, X_test: np.ndarray | None,
               want_predictions: bool, params: tuple, out: np.ndarray) -> list | None:
         """Run a compiled per-record walk (:func:`learning.compiled.pa_walk`,
