@@ -121,24 +121,27 @@ def _score(x: list, row: list) -> float:
     return s + row[-1]
 
 
-def _predict_then_rival(x: list, xt: list, label, classes: list, W: list) -> tuple:
-    """The first half of a multi-class linear step in plain Python: the prediction of
-    ``xt`` (None without a class; ties: the first), the label's zero row added at its
-    sorted place when new, then ``(prediction, (s_y, s_r, r))`` of ``x`` (None for the
-    scores while fewer than two classes are known)."""
-    scores = [_score(xt, row) for row in W]
-    prediction = classes[scores.index(max(scores))] if W else None
-    if label not in classes:
-        pos = sorted(classes + [label]).index(label)
-        classes.insert(pos, label)
-        W.insert(pos, [0.0] * (len(x) + 1))
-    if len(W) < 2:
-        return prediction, None
-    yi = classes.index(label)
-    s = [_score(x, row) for row in W]
-    sy, s[yi] = s[yi], float("-inf")
-    sr = max(s)
-    return prediction, (sy, sr, s.index(sr))
+def _hinge_records(X: list, X_test: list, labels: list, classes: list, W: list,
+                   predictions: list):
+    """The first half of a multi-class linear step in plain Python, record by record:
+    appends the prediction of ``xt`` to ``predictions`` (None without a class; ties: the
+    first), adds the label's zero row at its sorted place when new, then, once at least
+    two classes are known, yields ``(x, yi, s_y, s_r, r)``: the record, its label's row,
+    that row's score, the best other score and its row."""
+    for x, xt, label in zip(X, X_test, labels):
+        scores = [_score(xt, row) for row in W]
+        predictions.append(classes[scores.index(max(scores))] if W else None)
+        if label not in classes:
+            pos = sorted(classes + [label]).index(label)
+            classes.insert(pos, label)
+            W.insert(pos, [0.0] * (len(x) + 1))
+        if len(W) < 2:
+            continue
+        yi = classes.index(label)
+        s = [_score(x, row) for row in W]
+        sy, s[yi] = s[yi], float("-inf")
+        sr = max(s)
+        yield x, yi, sy, sr, s.index(sr)
 
 
 def _pa_tau(loss: float, x: list, C: float, mode: int) -> float:
@@ -158,13 +161,7 @@ def _pa_reference(X: list, X_test: list, labels: list, classes: list, W: list, C
     compiled walk's order of sums and its ties (first row); returns the predictions and
     the loss sum."""
     predictions, loss_sum = [], 0.0
-    for x, xt, label in zip(X, X_test, labels):
-        prediction, scores = _predict_then_rival(x, xt, label, classes, W)
-        predictions.append(prediction)
-        if scores is None:
-            continue
-        sy, sr, ri = scores
-        yi = classes.index(label)
+    for x, yi, sy, sr, ri in _hinge_records(X, X_test, labels, classes, W, predictions):
         loss = 1.0 - sy + sr
         if loss <= 0.0:
             continue
@@ -273,14 +270,8 @@ def _svm_reference(X: list, X_test: list, labels: list, classes: list, W: list, 
     ``classes``, sorted) in place, with the compiled walk's order of sums and its ties
     (first row); returns the predictions, the loss sum and the steps taken."""
     predictions, loss_sum = [], 0.0
-    for x, xt, label in zip(X, X_test, labels):
-        prediction, scores = _predict_then_rival(x, xt, label, classes, W)
-        predictions.append(prediction)
-        if scores is None:
-            continue
+    for x, yi, sy, sr, ri in _hinge_records(X, X_test, labels, classes, W, predictions):
         t += 1
-        sy, sr, ri = scores
-        yi = classes.index(label)
         loss = 1.0 - sy + sr
         for row in W:
             for j, w in enumerate(row):
