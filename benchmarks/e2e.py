@@ -3,7 +3,8 @@ side by side in one run, printed as a table.
 
     .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--shardings random,stratified]
                                        [--feedback-waits 1,20] [--records 1000000]
-                                       [--warmup 400000] [--broker-per-row] [--json PATH]
+                                       [--warmup 400000] [--jit-quiet 0.15] [--broker-per-row]
+                                       [--json PATH]
 
 One local broker (tansu) serves the whole run, every row on fresh topics (it keeps them all
 in memory: 1.4 GB midway through a default sweep); ``--broker-per-row`` starts a fresh
@@ -36,19 +37,24 @@ Rows:
   job, a paced stream of forecasting records (one per message, ``linger.ms`` 0) measures
   the record → prediction latency.
 
-Warm-up: both first take ``--warmup`` records (the stream's first ones, default 400,000),
-off the clock; their prequential accuracy counts in the whole. Then ``--records`` records
-(default 1,000,000) are timed. A job's JVM compiles its hot code while records flow: in a
-fresh MiniCluster the JIT's compiler threads took 27-82% of a core for the first 10-25 s
-and still 6-21% (14-21% in the 1 ms rows; three runs) while the 1,000,000 records after
-a 400,000-record warm-up flowed (column ``jit``), on a machine whose two cores the run
-fills; a job that runs for hours pays this once. Rows of 196,388 records after one copy
-of Shuttle (49,097, the default until 2026-11-25) were timed while the JIT took 30-45%
-of a core (docs/performance.md, "How the clock runs"). ``--warmup 0`` measures from the
-job's first record. At 50 records per message the default warm-up is about 4 s of the
-job, and its rows are still timed while the compilers take 28-41% of a core (for about
-50 s after the job starts): ``--records 3000000 --warmup 2000000`` measures the steady
-state (docs/performance.md, "Past the JIT's warm-up").
+Warm-up: the peer first takes ``--warmup`` records (the stream's first ones, default
+400,000) off the clock; an omldm row takes them in chunks of ``--warmup`` records (the
+same records again, new ids) until its JVM's JIT compilers (C1 and C2) took at most
+``--jit-quiet`` of a core (default 0.15) over the last chunk, from its first record
+produced to the Query that counts its last, or ``--warmup-max-seconds`` (default 120) of
+chunks have passed; the prequential accuracy of every warm-up record counts in the whole. Then ``--records`` records (default 1,000,000) are timed. A job's JVM
+compiles its hot code while records flow: in a fresh MiniCluster the compilers took 27-82%
+of a core for the first 10-25 s, and at 50 records per message, where one chunk is about
+4 s of the job, rows timed after a single chunk ran while they took 28-41% of a core (C2
+is busy for about 50 s after the job starts); past that they take 0-20% (column ``jit``).
+A job that runs for hours pays this once; the peer, in Python, has no JIT to warm. Rows of
+196,388 records after one copy of Shuttle (49,097, the default until 2026-11-25) were
+timed while the JIT took 30-45% of a core (docs/performance.md, "How the clock runs").
+``--warmup 0`` measures from the job's first record, ``--jit-quiet 0`` after one chunk
+(the default until 2026-11-27); ``--records 3000000 --warmup 2000000 --jit-quiet 0``
+are the long rows of docs/performance.md, "Past the JIT's warm-up". With the
+``distribution-aware`` sharding a row takes one chunk (the records it copies to every
+spoke are counted by a sharder from the stream's start).
 
 Columns: ``records/s`` records fitted or predicted per second of the clock; ``x peer``
 that over the first peer run's records/s with the same records per message (the closing
@@ -352,9 +358,6 @@ def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
               sharding: str = "random", feedback_wait: int = JobConfig.feedback_fetch_max_wait_ms
              ) -> dict:
     """One fresh job: throughput of the whole stream, then latency on the same job."""
-    # ids: the warm-up's first, then the stream's (the predictions are counted by id)
-    msgs, n_train, n_fore = messages(X, y, per_message, first_id=args.warmup)
-    warm, w_train, w_fore = messages(X[:args.warmup], y[:args.warmup], per_message)
     cfg = local_config(servers, topic_prefix=next(_prefixes), spokes=args.spokes,
                        execution_mode=mode, max_batch_delay_ms=delay,
                        max_batch_records=args.max_batch_records, sharding=sharding,
@@ -363,11 +366,38 @@ def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
         created = s.request(shuttle_create_request(0), timeout=120)
         if created.get("status") != "ok":
             raise RuntimeError(f"Create failed: {created}")
-        fitted = fitted_by(sharding, args.spokes, msgs, n_train)  # before the clock
-        w_fitted = fitted_by(sharding, args.spokes, warm, w_train) if warm else 0
-        if warm:  # off the clock (the module's docstring)
+        # off the clock (the module's docstring, "Warm-up"): chunks of the stream's first
+        # ``--warmup`` records until the JIT is quiet; ids: the warm-up's first, then the
+        # stream's (the predictions are counted by id)
+        w_records = w_fitted = w_fore = 0
+        warm_seconds, warm_jit = 0.0, None
+        while args.warmup:
+            warm, c_train, c_fore = messages(X[:args.warmup], y[:args.warmup], per_message,
+                                             first_id=w_records)
+            w_fitted += fitted_by(sharding, args.spokes, warm, c_train)
+            w_records, w_fore = w_records + args.warmup, w_fore + c_fore
+            busy: list = []  # (time, JIT CPU) at the first Query that counts the chunk
+
+            def on_chunk(q: dict, busy: list = busy, want: tuple = (w_fitted, w_fore)) -> None:
+                if not busy and (q.get("fitted"), q.get("predicted")) == want:
+                    busy.append((time.perf_counter(), cpu_seconds()["jit"]))
+
+            jit0, t = cpu_seconds()["jit"], time.perf_counter()
             produce(servers, cfg.topics, warm)
-            s.wait_until_counted(0, w_fitted, w_fore, timeout=600, every=0.1)
+            s.wait_until_counted(0, w_fitted, w_fore, timeout=600, every=0.1,
+                                 on_query=on_chunk)
+            # the JIT's share of a core while the job was busy with the chunk (not while
+            # this process's reader caught up with its predictions), as the column ``jit``
+            warm_seconds += time.perf_counter() - t
+            warm_jit = (busy[0][1] - jit0) / max(busy[0][0] - t, 1e-3)
+            print(f"  warm-up: {w_records:,} records in {warm_seconds:.0f} s, the JIT "
+                  f"{warm_jit:.0%} of a core over the last {args.warmup:,}", flush=True)
+            if (not args.jit_quiet or warm_jit <= args.jit_quiet
+                    or warm_seconds >= args.warmup_max_seconds
+                    or sharding == "distribution-aware"):  # its sharder counts from its start
+                break
+        msgs, n_train, n_fore = messages(X, y, per_message, first_id=w_records)
+        fitted = fitted_by(sharding, args.spokes, msgs, n_train)  # before the clock
         counted: list = []  # (time, CPU) at the first Query that counts every record
         arrivals = Arrivals(servers, cfg.topics.predictions, w_fore + n_fore)
 
@@ -393,7 +423,8 @@ def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
         service = final.get("service", {})
         row = {"row": "omldm", "mode": mode, "max_batch_records": args.max_batch_records,
                "per_message": per_message, "delay_ms": delay, "sharding": sharding,
-               "feedback_wait_ms": feedback_wait, "records": len(y), "warmup": args.warmup,
+               "feedback_wait_ms": feedback_wait, "records": len(y), "warmup": w_records,
+               "warmup_seconds": warm_seconds, "warmup_jit": warm_jit,
                "seconds": elapsed, "produce_seconds": produced, "query_seconds": query_seconds,
                "records_per_second": (final["fitted"] + final["predicted"] - w_fitted - w_fore)
                / elapsed,
@@ -405,7 +436,7 @@ def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
                "crossing_ms_p95": _worst(final["spokes"], "crossingMsP95"),
                **{f"cpu_{k}": (cpu1[k] - cpu0[k]) / elapsed for k in cpu1}}
         if not args.no_latency:
-            row.update(latency(servers, cfg.topics, X, args.warmup + len(y),
+            row.update(latency(servers, cfg.topics, X, w_records + len(y),
                                args.latency_rate, args.latency_seconds))
     return row
 
@@ -476,6 +507,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=None,
                     help="records each row takes off the clock first (0: none; default "
                          "400,000, at most the records per row)")
+    ap.add_argument("--jit-quiet", type=float, default=0.15, metavar="SHARE",
+                    help="an omldm row warms up with chunks of --warmup records until its "
+                         "JIT compilers took at most this share of a core over the last "
+                         "(default %(default)s; 0: one chunk only)")
+    ap.add_argument("--warmup-max-seconds", type=float, default=120.0,
+                    help="no more warm-up chunks after this many seconds of them")
     ap.add_argument("--broker-per-row", action="store_true",
                     help="a fresh local broker for every row (default: one for the whole run, "
                          "which keeps every row's topics in memory)")
