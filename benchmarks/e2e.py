@@ -42,11 +42,12 @@ Warm-up: the peer first takes ``--warmup`` records (the stream's first ones, def
 same records again, new ids) until its JVM's JIT compilers (C1 and C2) took at most
 ``--jit-quiet`` of a core (default 0.15) over the last chunk, from its first record
 produced to the Query that counts its last, or ``--warmup-max-seconds`` (default 120) of
-chunks have passed; the prequential accuracy of every warm-up record counts in the whole. Then ``--records`` records (default 1,000,000) are timed. A job's JVM
-compiles its hot code while records flow: in a fresh MiniCluster the compilers took 27-82%
-of a core for the first 10-25 s, and at 50 records per message, where one chunk is about
-4 s of the job, rows timed after a single chunk ran while they took 28-41% of a core (C2
-is busy for about 50 s after the job starts); past that they take 0-20% (column ``jit``).
+chunks have passed; the prequential accuracy of every warm-up record counts in the
+whole. Then ``--records`` records (default 1,000,000) are timed. A job's JVM compiles its
+hot code while records flow: in a fresh MiniCluster the compilers took 27-82% of a core
+for the first 10-25 s, and at 50 records per message, where one chunk is about 4 s of the
+job, rows timed after a single chunk ran while they took 24-41% of a core (C2 is busy for
+about 50 s after the job starts); after the chunks, 4-24% (column ``jit``).
 A job that runs for hours pays this once; the peer, in Python, has no JIT to warm. Rows of
 196,388 records after one copy of Shuttle (49,097, the default until 2026-11-25) were
 timed while the JIT took 30-45% of a core (docs/performance.md, "How the clock runs").
@@ -527,7 +528,10 @@ def main() -> None:
     X, y = np.resize(X, (n, X.shape[1])), np.resize(y, n)
     per_messages = [int(v) for v in args.per_message.split(",")]
     rows: list[dict] = []
-    print(f"{n:,} records per row after {args.warmup:,} off the clock, {args.spokes} spokes")
+    print(f"{n:,} records per row after {args.warmup:,} off the clock"
+          + (f" (omldm: chunks of {args.warmup:,} until the JIT takes at most "
+             f"{args.jit_quiet:.0%} of a core)" if args.jit_quiet and args.warmup else "")
+          + f", {args.spokes} spokes")
     print(f"{'configuration':40s} {'records/s':>10s} {'x peer':>6s} {'prequential':>11s} "
           f"{'latency p50/p95':>17s} {'after ack':>15s} {'feedback p50/p95':>17s} "
           f"{'rec/x':>6s}  cpu: jvm (jit) workers broker driver", flush=True)
