@@ -173,7 +173,8 @@ def pa_walk(X, X_test, Wb, yidx, start, predict_start, want, C, mode, half_C,
     return n
 
 
-def pa_regress_walk(X, X_test, wb, targets, C, mode, half_C, eps, learn_intercept, pred):
+def pa_regress_walk(X, X_test, has_test, wb, targets, C, mode, half_C, eps, learn_intercept,
+                    pred):
     """A mini-batch ``X`` (n, d), one PA regression step per record (Crammer et al. 2006
     §4, the ε-insensitive loss; :class:`learning.learners.PARegressor` states it), in
     place on ``wb`` (d + 1,) float64 = ``[w | b]``.
@@ -182,6 +183,9 @@ def pa_regress_walk(X, X_test, wb, targets, C, mode, half_C, eps, learn_intercep
     ----------
     X, X_test : (n, d) float64
         The records as learned and as predicted (the same array for no preprocessor).
+    has_test : bool
+        Whether ``X_test`` differs from ``X`` (else a record's prediction is the score
+        its step uses, not computed twice).
     targets : (n,) float64
     C, mode, half_C : float, int, float
         As :func:`pa_tau`.
@@ -198,10 +202,13 @@ def pa_regress_walk(X, X_test, wb, targets, C, mode, half_C, eps, learn_intercep
         for j in range(d):
             p += X[i, j] * wb[j]
         p += wb[d]
-        pt = 0.0  # (p itself when X_test is X)
-        for j in range(d):
-            pt += X_test[i, j] * wb[j]
-        pred[i] = pt + wb[d]
+        if has_test:
+            pt = 0.0
+            for j in range(d):
+                pt += X_test[i, j] * wb[j]
+            pred[i] = pt + wb[d]
+        else:
+            pred[i] = p
         err = targets[i] - p
         loss = abs(err) - eps
         if loss <= 0.0:
@@ -375,8 +382,8 @@ _SIGNATURES = {
     "pa_tau": f"float64({_F2}, int64, float64, float64, int64, float64)",
     "pa_walk": f"int64({_F2}, {_F2}, {_F2}, {_I1}, int64, boolean, boolean, float64, int64, "
                f"float64, boolean, {_I1}, {_F1})",
-    "pa_regress_walk": f"void({_F2}, {_F2}, {_F1}, {_F1}, float64, int64, float64, float64, "
-                       f"boolean, {_F1})",
+    "pa_regress_walk": f"void({_F2}, {_F2}, boolean, {_F1}, {_F1}, float64, int64, float64, "
+                       f"float64, boolean, {_F1})",
     "svm_walk": f"int64({_F2}, {_F2}, {_F2}, {_I1}, int64, boolean, boolean, float64, "
                 f"float64, boolean, {_I1}, {_I1}, {_F1})",
     "rls_prequential": f"void({_F2}, {_F2}, {_F1}, int64, int64, {_F2}, {_F1}, {_F1}, {_F1})",

@@ -127,12 +127,13 @@ class PARegressor(LinearRegressor):
         the update)."""
         compiled.compile_all()
         X = np.ascontiguousarray(X, dtype=np.float64)
-        X_test = X if X_test is None else np.ascontiguousarray(X_test, dtype=np.float64)
+        has_test = X_test is not None
+        X_test = np.ascontiguousarray(X_test, dtype=np.float64) if has_test else X
         targets = np.ascontiguousarray(t, dtype=np.float64)
         C, mode, eps = float(self.C) * self.step_scale, int(self.mode), float(self.eps)
         if not self._wb.flags.c_contiguous:  # (a loaded model)
             self._wb = np.ascontiguousarray(self._wb)
         pred = np.empty(X.shape[0])
-        compiled.pa_regress_walk(X, X_test, self._wb, targets, C, mode, 0.5 / C, eps,
+        compiled.pa_regress_walk(X, X_test, has_test, self._wb, targets, C, mode, 0.5 / C, eps,
                                  bool(self.learn_intercept), pred)
         return pred.tolist()

@@ -24,6 +24,7 @@ from learning.learners.linear import LinearClassifier
 
 __all__ = ["OnlineSVM"]
 
+
 class OnlineSVM(LinearClassifier):
     """Linear SVM trained online by mini-batch Pegasos, for any number of classes.
 
