@@ -240,7 +240,8 @@ def _pa_regressor_reference(X: list, X_test: list, targets: list, wb: list, C: f
 def test_pa_regressor_compiled_walk_is_the_plain_algorithm(mode):
     """PA regression's compiled loop gives the same model and predictions, bit for bit,
     as the algorithm written out in plain Python (scikit-learn's diabetes records scaled
-    prequentially, with and without the intercept, and unscaled with zero records)."""
+    prequentially, with and without the intercept, and unscaled with zero records, given
+    as the records to predict and not given)."""
     from sklearn.datasets import load_diabetes
 
     from learning.learners import PARegressor
@@ -249,13 +250,15 @@ def test_pa_regressor_compiled_walk_is_the_plain_algorithm(mode):
     X = np.tile(X, (2, 1))
     y = np.tile(y, 2).astype(np.float64)
     X[::9] = 0.0
-    for learn_intercept, scaled in ((True, True), (False, True), (True, False)):
+    for learn_intercept, scaled, given in ((True, True, True), (False, True, True),
+                                           (True, False, True), (True, False, False)):
         model = PARegressor(C=0.5, mode=mode, eps=2.0, learn_intercept=learn_intercept)
         scaler, wb = StandardScaler(), [0.0] * (X.shape[1] + 1)
         for i in range(0, len(X), 32):
             X_test, X_learn = (scaler.prequential_transform(X[i:i + 32]) if scaled
                                else (10.0 * X[i:i + 32],) * 2)  # (‖x‖² about 1)
-            got = model.test_then_train(X_learn, y[i:i + 32], X_test=X_test)[0]
+            got = model.test_then_train(X_learn, y[i:i + 32],
+                                        X_test=X_test if given else None)[0]
             want = _pa_regressor_reference(X_learn.tolist(), X_test.tolist(),
                                            y[i:i + 32].tolist(), wb, 0.5, mode, 2.0,
                                            learn_intercept)
