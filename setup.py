@@ -14,6 +14,7 @@ setup(
     install_requires=[
         "apache-flink==2.0.1",  # the stream processor; 2.0.x because the only Kafka connector on reach is built for Flink 2.0
         "kafka-python==3.0.12",  # driver-side producers/readers and topic creation (demo, CLI, tests)
+        "crc32c==2.9.post0",  # kafka-python's recommended C CRC-32C: its pure-Python check of every record batch took a third of the e2e peer's CPU
         "numpy==2.1.3",  # numerics of learners and raw array payloads; <2.2 is forced by apache-beam under pyflink
         "numba==0.61.2",  # compiles the per-record loops of PA and the standard scaler (40% of the spoke kernel's CPU per record); 0.61.2 supports numpy 2.1
         "orjson==3.13.0",  # fast JSON for records, requests and envelope metadata

@@ -18,8 +18,14 @@ Rows:
 
 * ``peer``: one Python process, kafka-python ``KafkaConsumer`` (assign + seek to
   beginning) feeding river's ``StandardScaler | PAClassifier(C=0.01, mode=1)``, test then
-  train. Its topics are loaded before its clock starts; the clock runs from the first
-  record after the warm-up to the last record handled. It runs twice, first and last
+  train, with kafka-python's recommended C CRC-32C (``crc32c``, in omldm's requirements)
+  checking each record batch. Without that package kafka-python checks in pure Python, a
+  third of the peer's CPU: 26,195 and 25,932 records/s at one record per message against
+  33,218 and 34,930 with it, 34,090 and 34,349 at 50 against 46,835 and 47,586 (2026-11-27;
+  every ratio before that day is against the slower peer). The header line says which
+  check runs. Its topics are loaded before its clock starts; the clock runs from the first
+  record after the warm-up to the last record handled. It does not write its predictions
+  anywhere (omldm writes each to ``predictions``). It runs twice, first and last
   (``peer, ... again``), and the closing table gives every omldm row's ratio to the faster
   of the two: this machine's speed drifts within a run (the same peer ran at 14,232 and
   17,590 records/s in one run; 15,307 in another and 19,202 alone twenty minutes later).
@@ -193,6 +199,14 @@ def peer(servers: str, topics: Topics, n_records: int, timeout: float = 600.0,
     elapsed = time.perf_counter() - t0
     c.close()
     return (handled - at_t0) / elapsed, hits / fitted
+
+
+def _peer_crc() -> str:
+    """Which CRC-32C kafka-python checks record batches with: ``C (crc32c)``, or ``pure
+    Python`` when the ``crc32c`` package is missing (a third of the peer's CPU)."""
+    from kafka.record import util
+
+    return "C (crc32c)" if util.crc32c_c is not None else "pure Python (crc32c missing)"
 
 
 def _p50_p95(ms: list[float]) -> tuple[float | None, float | None]:
@@ -453,7 +467,7 @@ def peer_row(servers: str, per_message: int, X, y, warmup: int = 0) -> dict:
     rate, acc = peer(servers, topics, warmup + len(y), warmup=warmup)
     return {"row": "peer", "mode": "peer", "per_message": per_message, "delay_ms": None,
             "records": len(y), "warmup": warmup, "records_per_second": rate,
-            "prequential_accuracy": acc}
+            "prequential_accuracy": acc, "crc32c": _peer_crc()}
 
 
 def _name(row: dict) -> str:
@@ -531,7 +545,7 @@ def main() -> None:
     print(f"{n:,} records per row after {args.warmup:,} off the clock"
           + (f" (omldm: chunks of {args.warmup:,} until the JIT takes at most "
              f"{args.jit_quiet:.0%} of a core)" if args.jit_quiet and args.warmup else "")
-          + f", {args.spokes} spokes")
+          + f", {args.spokes} spokes; the peer's CRC-32C check: {_peer_crc()}")
     print(f"{'configuration':40s} {'records/s':>10s} {'x peer':>6s} {'prequential':>11s} "
           f"{'latency p50/p95':>17s} {'after ack':>15s} {'feedback p50/p95':>17s} "
           f"{'rec/x':>6s}  cpu: jvm (jit) workers broker driver", flush=True)
