@@ -23,8 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-__all__ = ["RecordRejected", "Layout", "inspect_record", "label_kind", "REASONS", "DEFAULT_QUORUM",
-           "MAX_ABS_FEATURE", "MAX_LABEL_CHARS", "decide", "declared_layout"]
+__all__ = ["RecordRejected", "Layout", "inspect_record", "all_fit", "label_kind", "REASONS",
+           "DEFAULT_QUORUM", "MAX_ABS_FEATURE", "MAX_LABEL_CHARS", "decide", "declared_layout"]
 
 #: Records that must agree (strict majority of the votes) before an undeclared layout is
 #: fixed. Each spoke votes after ``ceil(quorum / n_spokes)`` records of its own.
@@ -57,6 +57,9 @@ REASONS = {
 _FEATURE_TYPES = frozenset((int, float, bool))
 _hypot = math.hypot
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "string"}
+#: label kinds that need no check beyond their type (a string's length is checked)
+_PLAIN_KINDS = frozenset(("bool", "int", "float"))
+_NUMBER_KINDS = frozenset(("int", "float"))
 
 
 class RecordRejected(ValueError):
@@ -147,6 +150,41 @@ def inspect_record(features: Any, label: Any, labelled: bool) -> tuple[int, str 
                                  "label_missing")
         kind = label_kind(label)
     return len(features), kind
+
+
+def all_fit(layout: "Layout", features: list, labels: list | None) -> bool:
+    """Whether every record of a group fits a settled ``layout`` as it is, so that the
+    group may be taken without a call per record: True only where :func:`inspect_record`
+    and :meth:`Layout.check` would pass each of them without a word (False says nothing
+    about a record: the caller then checks each one as usual, and reports those that do
+    not fit).
+
+    Parameters
+    ----------
+    layout : Layout
+        Not pending, without declared classes (else False).
+    features : list
+        Each record's ``features`` (parsed JSON).
+    labels : list or None
+        Each record's ``label`` (None for a record without one) where the labels count (a
+        supervised learner's training records), else None.
+    """
+    width = layout.n_features
+    if layout.pending or layout.classes is not None or width is None:
+        return False
+    try:  # hypot >= every |x|, and fails on non-numbers, as in inspect_record
+        if not all([type(f) is list and len(f) == width and _hypot(*f) <= MAX_ABS_FEATURE
+                    for f in features]):
+            return False
+    except (TypeError, OverflowError):
+        return False
+    if labels is None:
+        return True
+    kinds = {_SCALARS.get(type(label)) for label in labels}
+    if not kinds <= _PLAIN_KINDS:  # a missing label, a string (its length), a non-scalar
+        return False
+    want = layout.label_type
+    return want is None or kinds == {want} or (want == "number" and kinds <= _NUMBER_KINDS)
 
 
 @dataclass

@@ -485,12 +485,12 @@ class SpokeKernel:
                 if not ctx.hold(train, raw_bytes, len(recs)):
                     self._shed(node, recs)
                 continue
-            for i, rec in enumerate(recs):
-                if ctx.pauses or ctx.backlog:  # paused midway through an array: the rest
-                    # waits, in order
-                    ctx.backlog.extend((train, r) for r in recs[i:])
-                    break
-                node.on_record(train, rec)
+            if len(recs) == 1:
+                node.on_record(train, recs[0])
+                continue
+            taken = node.on_records(train, recs)
+            if taken < len(recs):  # paused midway through an array: the rest waits, in order
+                ctx.backlog.extend((train, r) for r in recs[taken:])
 
     def _records(self, obj: Any, report: bool) -> list:
         """The data records of a parsed Kafka record (an object or an array of them); the

@@ -308,3 +308,78 @@ def test_the_in_process_kernel_hosts_the_jobs_kernels():
     assert [d["code"] for d in net.outputs["deadLetters"]] == ["not_json"]
     assert sum(s.stats.duplicates for s in net.spokes + net.hubs) > 0 and net.dropped == 0
     assert not any(net.paused(i) for i in range(3))
+
+
+def _arrays_run(group_records: int, monkeypatch) -> tuple:
+    """Two spokes, a BSP and an Independent pipeline with a standard scaler, fed Kafka
+    records that are JSON arrays (training and forecasting, some with bad records inside),
+    with :data:`learning.protocols.base.GROUP_RECORDS` set to ``group_records``."""
+    from learning.protocols import base
+
+    monkeypatch.setattr(base, "GROUP_RECORDS", group_records)
+    w = Wire()
+    for pid, protocol in ((0, "Synchronous"), (1, "Independent")):
+        req = create(pid, protocol)
+        req["preProcessors"] = [{"name": "StandardScaler"}]
+        req["trainingConfiguration"]["miniBatchSize"] = 4
+        w.request(req)
+    bad = [{"id": -1, "features": [1.0, "x"], "label": 0}, {"id": -2, "features": [1.0],
+           "label": 1}, {"id": -3, "features": [1.0, 2.0]}, {"id": -4, "features": [1e200, 0.0],
+           "label": 0}, {"id": -5, "features": [1.0, 0.0], "label": [1]}]
+    i = 0
+    for step in range(24):
+        spoke = step % 2
+        n = (9, 20, 3, 13)[step % 4]
+        recs = [record(i + k) for k in range(n)]
+        if step % 5 == 3:  # a bad record inside the array
+            recs.insert(n // 2, bad[step % len(bad)])
+        forecasts = [{"id": 10_000 + i + k, "features": [float(k % 3), 1.0]} for k in range(10)]
+        i += n
+        w.batch(spoke, [("T", orjson.dumps(recs)), ("P", orjson.dumps(forecasts))])
+    for _ in range(1000):  # close BSP's rounds: a mini-batch to the spoke that waits on none
+        if not any(sp.nodes[0].ctx.backlog for sp in w.spokes):
+            break
+        spoke = next(s for s in (0, 1) if not w.spokes[s].nodes[0].ctx.pauses)
+        w.batch(spoke, [("T", record(i + k)) for k in range(4)])
+        i += 4
+    nodes = [sp.nodes[pid] for sp in w.spokes for pid in (0, 1)]
+    counts = [(n.fitted, n.predicted, n.rejected, n.correct, dict(n.rejected_by)) for n in nodes]
+    models = [n.pipeline.learner.get_params().tolist() for n in nodes]
+    return w.predictions, counts, models, [n.ctx.pauses for n in nodes]
+
+
+def test_the_records_of_one_message_taken_as_a_group_are_taken_as_one_by_one(monkeypatch):
+    """A pipeline takes a JSON array's records as a group (checked in one pass, buffered by
+    slices) only where that changes nothing: the same predictions in the same order, the
+    same dead letters and counts, the same models bit for bit as one record at a time,
+    through BSP pauses in the middle of arrays and bad records inside them."""
+    one_by_one = _arrays_run(10**9, monkeypatch)
+    grouped = _arrays_run(8, monkeypatch)
+    assert grouped == one_by_one
+    predictions, counts, _, pauses = grouped
+    assert len(predictions) == 2 * 24 * 10 and pauses == [0, 0, 0, 0]
+    assert sum(c[2] for c in counts) == 2 * 5  # every bad record refused once per pipeline
+    assert all(c[0] > 100 for c in counts)
+
+
+def test_a_group_that_does_not_fit_the_layout_is_taken_one_by_one():
+    """:func:`learning.layout.all_fit` says yes only where every record would pass the
+    per-record checks without a word."""
+    from learning.layout import Layout, all_fit
+
+    ints = Layout(2, "int", None, "declared")
+    assert all_fit(ints, [[1.0, 2], [True, 0.5]], [0, 1])
+    assert all_fit(ints, [[1.0, 2]], None)  # labels that do not count
+    assert not all_fit(ints, [[1.0, 2], [1.0]], [0, 1])  # a width
+    assert not all_fit(ints, [[1.0, "2"]], [0])  # a string feature
+    assert not all_fit(ints, [[1.0, None]], [0])
+    assert not all_fit(ints, [(1.0, 2.0)], [0])  # not a list
+    assert not all_fit(ints, [[1e200, 0.0]], [0])  # beyond MAX_ABS_FEATURE
+    assert not all_fit(ints, [[10**400, 0.0]], [0])  # an integer too large for a float
+    assert not all_fit(ints, [[1.0, 2.0]], [None])  # a missing label
+    assert not all_fit(ints, [[1.0, 2.0]], [0.5])  # another label type
+    assert not all_fit(Layout(2, "string", None, "declared"), [[1.0, 2.0]], ["a"])
+    assert all_fit(Layout(2, "number", None, "declared"), [[1.0, 2.0]] * 2, [1, 0.5])
+    assert all_fit(Layout(2, None, None, "declared"), [[1.0, 2.0]] * 2, [1, 0.5])
+    assert not all_fit(Layout(2, "int", [0, 1], "declared"), [[1.0, 2.0]], [0])  # classes
+    assert not all_fit(Layout(), [[1.0, 2.0]], [0])  # pending

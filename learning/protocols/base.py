@@ -16,8 +16,8 @@ import numpy as np
 import orjson
 
 from learning.errors import RequestError
-from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, decide, declared_layout,
-                             inspect_record, vote_counter, vote_list)
+from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, all_fit, decide,
+                             declared_layout, inspect_record, vote_counter, vote_list)
 from learning.metrics import SUPERVISED_TASKS, QualityState, report
 from learning.pipeline import Pipeline
 from learning.protocols.parameters import TRAINING_PARAMETERS
@@ -48,6 +48,12 @@ HELD_AT_MOST_PER_QUORUM = 4096
 #: tuned value (a crossing brings ``max_batch_records``, 1,000, at most). The gain, on
 #: Shuttle's demo pipeline: docs/performance.md, "Forecasts predicted together".
 FORECASTS_PER_CALL = 256
+#: Records of one Kafka message (a JSON array), at least, that a pipeline takes as a group
+#: (:meth:`PipelineSpoke.on_records`): checked in one pass and buffered by slices, the same
+#: records, order, mini-batches and predictions as one at a time. Fewer go one by one.
+#: Spoke kernel on e2e's 50-record messages: docs/performance.md, "Records of one message
+#: taken together".
+GROUP_RECORDS = 8
 
 
 def dead_letter(rec: Any, exc: RecordRejected, pipeline: Any, spoke: int,
@@ -274,6 +280,55 @@ class PipelineSpoke(Node):
                 self.flush()
         else:
             self._take(False, rec)
+
+    def on_records(self, train: bool, recs: list) -> int:
+        """The records of one Kafka message (a JSON array of objects with ``features``),
+        in order, as :meth:`on_record` would take them one by one; returns how many were
+        taken: fewer when the stream paused midway (a synchronization), and the host then
+        holds the rest, in order.
+
+        With at least :data:`GROUP_RECORDS` records that all fit the settled layout
+        (:func:`learning.layout.all_fit`) and no paused window to finish first, they are
+        buffered by slices: training records up to each mini-batch window's end (fitted
+        there, as one by one), forecasting records up to :data:`FORECASTS_PER_CALL`. Else,
+        and from wherever a window's end left work pending, one by one.
+        """
+        n, i, ctx = len(recs), 0, self.ctx
+        if n >= GROUP_RECORDS and not self._work:
+            features = [rec["features"] for rec in recs]
+            labels = [rec.get("label") for rec in recs] if train else None
+            if all_fit(self.layout, features, labels if self._supervised else None):
+                i = self._take_group(train, recs, features, labels)
+        for k in range(i, n):
+            if ctx.pauses or ctx.backlog:
+                return k
+            self.on_record(train, recs[k])
+        return n
+
+    def _take_group(self, train: bool, recs: list, features: list, labels: list | None) -> int:
+        """:meth:`on_records`' group path: take records that fit, slice by slice, until
+        all are taken or the stream pauses or leaves work pending (then the rest goes one
+        by one); returns how many were taken."""
+        n, i, ctx = len(recs), 0, self.ctx
+        while i < n and not (ctx.pauses or ctx.backlog or self._work):
+            if train:
+                X = self._X
+                j = min(n, i + max(1, self._fill_at - len(X)))
+                X.extend(features[i:j])
+                self._y.extend(labels[i:j])
+                i = j
+                if len(X) >= self._fill_at:
+                    self.flush()
+            else:
+                forecasts = self._forecasts
+                if forecasts is None:
+                    forecasts = self._forecasts = []
+                j = min(n, i + max(1, FORECASTS_PER_CALL - len(forecasts)))
+                forecasts.extend(recs[i:j])
+                i = j
+                if len(forecasts) >= FORECASTS_PER_CALL:
+                    self.settle_forecasts()
+        return i
 
     def _take(self, train: bool, rec: dict) -> None:
         if self._work:
