@@ -10,6 +10,11 @@ half of the records).
 
     .venv/bin/python benchmarks/kernel_cost.py [--records 40000] [--batch 500] [--repeats 5]
                                                [--learner PA|SVM|PARegressor|Ridge]
+                                               [--per-message 1]
+
+``--per-message 50`` writes each Kafka record as a JSON array of 50 records of one kind
+(training or forecasting), as ``benchmarks/e2e.py --per-message 50`` does, in crossings
+of about ``--batch`` records.
 
 ``--learner SVM`` puts the online SVM (Pegasos, its default λ) in PA's place, ``PARegressor``
 and ``Ridge`` PA regression and online ridge regression (their defaults; Shuttle's class
@@ -44,14 +49,25 @@ def _kernel(learner: str = "PA") -> SpokeKernel:
     return k
 
 
-def _batches(X, y, lo: int, hi: int, forecast_every: int, size: int) -> list[bytes]:
-    recs = []
+def _batches(X, y, lo: int, hi: int, forecast_every: int, size: int,
+             per_message: int = 1) -> list[bytes]:
+    """Crossings of about ``size`` records; with ``per_message`` > 1 each Kafka record is
+    a JSON array of that many records of one kind, as ``benchmarks/e2e.py`` writes them."""
+    recs, pending = [], {True: [], False: []}
     for i in range(lo, hi):
         train = not forecast_every or i % forecast_every != forecast_every - 1
         rec = {"id": i, "features": X[i]}
         if train:
             rec["label"] = y[i]
-        recs.append((train, orjson.dumps(rec)))
+        if per_message == 1:
+            recs.append((train, orjson.dumps(rec)))
+            continue
+        pending[train].append(rec)
+        if len(pending[train]) == per_message:
+            recs.append((train, orjson.dumps(pending[train])))
+            pending[train] = []
+    recs += [(train, orjson.dumps(left)) for train, left in pending.items() if left]
+    size = max(1, size // per_message)
     return [record_batch(recs[j:j + size]) for j in range(0, len(recs), size)]
 
 
@@ -78,15 +94,21 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500, help="records per crossing")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--learner", choices=("PA", "SVM", "PARegressor", "Ridge"), default="PA")
+    ap.add_argument("--per-message", type=int, default=1,
+                    help="records per Kafka record (a JSON array when more than one)")
     args = ap.parse_args()
+    if args.per_message < 1:
+        ap.error(f"--per-message must be at least 1, got {args.per_message}")
     X, y = shuttle()
     X, y = X.tolist(), y.tolist()
     n = min(args.records, len(y) // 2)
     print(f"{'stream':28s} {'µs per record':>14s}")
     for name, every in (("training only", 0), ("1 in 5 forecast", 5)):
-        us = _cost([], _batches(X, y, 0, n, every, args.batch), n, args.repeats, args.learner)
+        us = _cost([], _batches(X, y, 0, n, every, args.batch, args.per_message), n,
+                   args.repeats, args.learner)
         print(f"{name:28s} {us:14.2f}", flush=True)
-    us = _cost(_batches(X, y, 0, n, 0, args.batch), _batches(X, y, n, 2 * n, 1, args.batch), n,
+    us = _cost(_batches(X, y, 0, n, 0, args.batch, args.per_message),
+               _batches(X, y, n, 2 * n, 1, args.batch, args.per_message), n,
                args.repeats, args.learner)
     print(f"{'forecasts only (trained)':28s} {us:14.2f}", flush=True)
 
