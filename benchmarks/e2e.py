@@ -22,10 +22,11 @@ Rows:
   checking each record batch. Without that package kafka-python checks in pure Python, a
   third of the peer's CPU: 26,195 and 25,932 records/s at one record per message against
   33,218 and 34,930 with it, 34,090 and 34,349 at 50 against 46,835 and 47,586 (2026-11-27;
-  every ratio before that day is against the slower peer). The header line says which
-  check runs. Its topics are loaded before its clock starts; the clock runs from the first
-  record after the warm-up to the last record handled. It does not write its predictions
-  anywhere (omldm writes each to ``predictions``). It runs twice, first and last
+  every ratio measured before the package was required is against the slower peer). The
+  header line says which check runs. Its topics are loaded before its clock starts; the
+  clock runs from the first record after the warm-up to the last record handled. It does
+  not write its predictions anywhere (omldm writes each to ``predictions``). It runs
+  twice, first and last
   (``peer, ... again``), and the closing table gives every omldm row's ratio to the faster
   of the two: this machine's speed drifts within a run (the same peer ran at 14,232 and
   17,590 records/s in one run; 15,307 in another and 19,202 alone twenty minutes later).
