@@ -2,7 +2,8 @@
 side by side in one run, printed as a table.
 
     .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--shardings random,stratified]
-                                       [--feedback-waits 1,20] [--records 1000000]
+                                       [--feedback-waits 1,20] [--switch-intervals 0,100]
+                                       [--records 1000000]
                                        [--warmup 400000] [--jit-quiet 0.15] [--broker-per-row]
                                        [--json PATH]
 
@@ -31,7 +32,8 @@ Rows:
   of the two: this machine's speed drifts within a run (the same peer ran at 14,232 and
   17,590 records/s in one run; 15,307 in another and 19,202 alone twenty minutes later).
 * ``omldm``: one fresh job per (mode, records per message, batch delay, sharding, the
-  ``psMessages`` source's fetch wait) with the demo's
+  ``psMessages`` source's fetch wait, in thread mode the interpreter's switch interval:
+  ``--switch-intervals``, 0 for Python's own 5 ms) with the demo's
   pipeline (``shuttle_create_request(0)``, 2 spokes). The clock starts just before the
   first record after the warm-up is produced (confluent-kafka, as fast as it goes) and
   stops once a Query (every 0.1 s) counts every record fitted and predicted *and* every
@@ -371,13 +373,14 @@ def fitted_by(sharding: str, spokes: int, msgs: list[tuple[str, bytes]], n_train
 
 
 def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
-              sharding: str = "random", feedback_wait: int = JobConfig.feedback_fetch_max_wait_ms
-             ) -> dict:
+              sharding: str = "random", feedback_wait: int = JobConfig.feedback_fetch_max_wait_ms,
+              switch_interval: int = JobConfig.switch_interval_ms) -> dict:
     """One fresh job: throughput of the whole stream, then latency on the same job."""
     cfg = local_config(servers, topic_prefix=next(_prefixes), spokes=args.spokes,
                        execution_mode=mode, max_batch_delay_ms=delay,
                        max_batch_records=args.max_batch_records, sharding=sharding,
-                       feedback_fetch_max_wait_ms=feedback_wait)
+                       feedback_fetch_max_wait_ms=feedback_wait,
+                       switch_interval_ms=switch_interval)
     with Session(cfg, "omldm-e2e") as s:
         created = s.request(shuttle_create_request(0), timeout=120)
         if created.get("status") != "ok":
@@ -439,7 +442,8 @@ def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
         service = final.get("service", {})
         row = {"row": "omldm", "mode": mode, "max_batch_records": args.max_batch_records,
                "per_message": per_message, "delay_ms": delay, "sharding": sharding,
-               "feedback_wait_ms": feedback_wait, "records": len(y), "warmup": w_records,
+               "feedback_wait_ms": feedback_wait, "switch_interval_ms": switch_interval,
+               "records": len(y), "warmup": w_records,
                "warmup_seconds": warm_seconds, "warmup_jit": warm_jit,
                "seconds": elapsed, "produce_seconds": produced, "query_seconds": query_seconds,
                "records_per_second": (final["fitted"] + final["predicted"] - w_fitted - w_fore)
@@ -479,7 +483,16 @@ def _name(row: dict) -> str:
             + ("" if row.get("sharding", "random") == "random" else f", {row['sharding']}")
             + ("" if row.get("feedback_wait_ms", JobConfig.feedback_fetch_max_wait_ms)
                == JobConfig.feedback_fetch_max_wait_ms
-               else f", feedback wait {row['feedback_wait_ms']} ms"))
+               else f", feedback wait {row['feedback_wait_ms']} ms")
+            + _switch_label(row))
+
+
+def _switch_label(row: dict) -> str:
+    """A thread-mode row's switch interval in its name, where not the default."""
+    v = row.get("switch_interval_ms", JobConfig.switch_interval_ms)
+    if v == JobConfig.switch_interval_ms or row["mode"] != "thread":
+        return ""
+    return ", Python's 5 ms switch" if v == 0 else f", {v} ms switch"
 
 
 def show(row: dict, peer_rate: float | None) -> None:
@@ -517,6 +530,9 @@ def main() -> None:
     ap.add_argument("--feedback-waits", default=str(JobConfig.feedback_fetch_max_wait_ms),
                     help="feedback_fetch_max_wait_ms values (the psMessages source's "
                          "fetch.max.wait.ms), comma-separated")
+    ap.add_argument("--switch-intervals", default=str(JobConfig.switch_interval_ms),
+                    help="switch_interval_ms values (thread mode: the Python interpreter's "
+                         "switch interval in the JVM; 0: Python's own, 5 ms), comma-separated")
     ap.add_argument("--latency-rate", type=float, default=2000.0, help="records/s")
     ap.add_argument("--latency-seconds", type=float, default=3.0)
     ap.add_argument("--no-latency", action="store_true")
@@ -577,12 +593,14 @@ def main() -> None:
         for mode in args.modes.split(","):
             for k in per_messages:
                 for delay in (int(v) for v in args.delays.split(",")):
-                    for sharding, wait in itertools.product(
+                    for sharding, wait, switch in itertools.product(
                             args.shardings.split(","),
-                            (int(v) for v in args.feedback_waits.split(","))):
+                            [int(v) for v in args.feedback_waits.split(",")],
+                            [int(v) for v in args.switch_intervals.split(",")]
+                            if mode == "thread" else [JobConfig.switch_interval_ms]):
                         with broker() as servers:
                             rows.append(omldm_row(servers, args, mode, k, delay, X, y,
-                                                  sharding, wait))
+                                                  sharding, wait, switch))
                         show(rows[-1], peers[k])
         for k in per_messages:  # the peer again, last: see "Rows" above
             rows.append(peer_run(k, again=True))

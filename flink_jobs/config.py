@@ -81,6 +81,18 @@ class JobConfig:
         RandomRBF FDA run stalled so at offset 6,240 at 1 ms; of a topic of 8,000
         one-record batches consumers read nothing at 1 and 2 ms and all at 5 ms, of
         24,000 nothing at 5 ms and all at 20 (docs/operations.md, "Troubleshooting").
+    switch_interval_ms : int
+        Thread mode: the switch interval of the Python interpreter inside the JVM
+        (``sys.setswitchinterval``, milliseconds), set when the spokes open; 0 keeps
+        Python's own (5 ms). The spokes and the hubs of one TaskManager share that
+        interpreter, and a thread that waits for it longer than the interval makes the
+        holder hand it over in the middle of its crossing; on two busy cores every such
+        hand-over leaves the interpreter idle until the waiting thread is scheduled.
+        Default 100, by measurement (``benchmarks/e2e.py --modes thread --per-message 50
+        --switch-intervals 5,100``, 2 spokes, docs/performance.md, "The interpreter's switch
+        interval"): 50 records per Kafka message, 252,000–260,000 records/s at 100 ms and
+        1,000 ms against 217,000–248,000 at 5 ms (one spoke alone: 296,000). Not applied
+        in process mode (each worker has its own interpreter).
     bundle_size : int
         ``python.fn-execution.bundle.size`` (records), process mode.
     bundle_time_ms : int
@@ -200,6 +212,7 @@ class JobConfig:
     buffer_timeout_ms: int = 1
     fetch_max_wait_ms: int = 20
     feedback_fetch_max_wait_ms: int = 5
+    switch_interval_ms: int = 100
     bundle_size: int = 1000
     bundle_time_ms: int = 10
     max_batch_delay_ms: int = 1
@@ -257,7 +270,7 @@ class JobConfig:
         if self.max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
         for name in ("buffer_timeout_ms", "fetch_max_wait_ms", "feedback_fetch_max_wait_ms",
-                     "bundle_time_ms",
+                     "bundle_time_ms", "switch_interval_ms",
                      "checkpoint_interval_ms", "max_batch_delay_ms", "weights_every_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -341,7 +341,8 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
               .process(SpokeFunction(cfg.spokes, cfg.hubs, keys, to_hubs_tag, responses_tag,
                                      dead_tag, cfg.limits(), cfg.protocol_modules,
                                      cfg.execution_mode, cfg.persist_state, cfg.metrics,
-                                     to_spokes_tag, join_predictions=batched),
+                                     to_spokes_tag, join_predictions=batched,
+                                     switch_interval_ms=cfg.switch_interval_ms),
                        output_type=Types.STRING())
               .name("spokes").uid("spokes").set_parallelism(cfg.spokes))
     predictions = spokes

@@ -38,6 +38,7 @@ barrier. In thread mode every update serializes, so it is done only when state m
 from __future__ import annotations
 
 import logging
+import sys
 
 from pyflink.common import Types
 from pyflink.datastream import KeyedCoProcessFunction
@@ -81,13 +82,17 @@ class SpokeFunction(KeyedCoProcessFunction):
         Emit the predictions of one element as one string, joined by ``\n``, to be split
         in Java (``omldm.LineSplitter``): one crossing back per element instead of one per
         prediction. Off: one string per prediction.
+    switch_interval_ms : int
+        Thread mode: set the interpreter's switch interval (``sys.setswitchinterval``,
+        milliseconds) in ``open``; 0 leaves it (:attr:`flink_jobs.config.JobConfig.
+        switch_interval_ms`).
     """
 
     def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
                  responses_tag, dead_letters_tag, limits: dict | None = None,
                  protocol_modules: tuple[str, ...] = (), execution_mode: str = "thread",
                  persist: bool = True, metrics: bool = True, to_spokes_tag=None,
-                 join_predictions: bool = False) -> None:
+                 join_predictions: bool = False, switch_interval_ms: int = 0) -> None:
         self.n_spokes = n_spokes
         self.n_hubs = n_hubs
         self.hub_keys = hub_keys
@@ -101,9 +106,14 @@ class SpokeFunction(KeyedCoProcessFunction):
         self.persist = persist
         self.metrics_on = metrics
         self.join_predictions = join_predictions
+        self.switch_interval_ms = switch_interval_ms
 
     def open(self, runtime_context) -> None:
         import_protocols(self.protocol_modules)
+        if self.execution_mode == "thread" and self.switch_interval_ms > 0:
+            # one interpreter for every spoke and hub of this TaskManager: a crossing runs
+            # to its end instead of handing it over every 5 ms (JobConfig.switch_interval_ms)
+            sys.setswitchinterval(self.switch_interval_ms / 1000.0)
         self.index = subtask_index(runtime_context)
         self.metrics = OperatorMetrics(runtime_context, SPOKE_METRICS) if self.metrics_on else None
         self.state = runtime_context.get_state(

@@ -20,6 +20,7 @@ on: one pipeline's synchronization never holds up another's.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections import Counter, deque
 from typing import Any, Callable, Iterator
@@ -653,7 +654,8 @@ class SpokeKernel:
             self._reject(err, req)
 
     def service(self) -> dict:
-        """This spoke's service counters (summed over spokes in a Query response)."""
+        """This spoke's service counters (summed over spokes in a Query response; of
+        ``pipelines`` and ``switchIntervalMs`` the largest)."""
         return {"pipelines": len(self.nodes), "requestsAccepted": self.requests_accepted,
                 "requestsRejected": self.requests_rejected, "badMessages": self.bad_messages,
                 "handlerErrors": self.handler_errors, "restores": self.restores,
@@ -662,7 +664,9 @@ class SpokeKernel:
                 "siblingFramesResent": self.window.resent,
                 "recordsWithoutPipeline": self.records_without_pipeline,
                 "badRecords": sum(self.bad_records.values()),
-                "dataRecords": self.data_records, "dataBatches": self.data_batches}
+                "dataRecords": self.data_records, "dataBatches": self.data_batches,
+                # the interpreter's (JobConfig.switch_interval_ms in thread mode), milliseconds
+                "switchIntervalMs": sys.getswitchinterval() * 1000.0}
 
     def _create(self, req) -> None:
         if req.id in self.nodes:

@@ -24,6 +24,20 @@ def test_batch_settings_are_checked():
         JobConfig("k:9092", max_batch_records=0)
 
 
+def test_the_interpreter_switch_interval_is_a_setting_a_spoke_reports():
+    """``JobConfig.switch_interval_ms`` (thread mode; 0: Python's own) is checked, and a
+    spoke's service counters say what its interpreter runs at (the end-to-end test
+    checks that a thread-mode job's spokes run at the default)."""
+    import sys
+
+    assert JobConfig("k:9092").switch_interval_ms == 100
+    assert JobConfig("k:9092", switch_interval_ms=0).switch_interval_ms == 0
+    with pytest.raises(ValueError, match="switch_interval_ms must be >= 0, got -1"):
+        JobConfig("k:9092", switch_interval_ms=-1)
+    service = SpokeKernel(0, 1, 1, hub_keys=[0]).service()
+    assert service["switchIntervalMs"] == pytest.approx(sys.getswitchinterval() * 1000.0)
+
+
 def test_flink_run_takes_the_batch_options():
     cfg = config_from_args(parser().parse_args(
         ["--bootstrap-servers", "k:9092", "--max-batch-delay-ms", "7", "--max-batch-records", "50"]))

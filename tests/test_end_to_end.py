@@ -10,6 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
+from flink_jobs.config import JobConfig
 from flink_jobs.demo import shuttle_create_request
 from flink_jobs.kafka_io import TopicReader
 from flink_jobs.session import Session, local_config
@@ -125,6 +126,8 @@ def test_records_cross_in_batches_and_each_spoke_keeps_their_order(shuttle_run):
     service = shuttle_run["final"]["service"]
     assert service["dataRecords"] == 49_097
     assert 0 < service["dataBatches"] < service["dataRecords"]
+    # thread mode: the spokes set the interpreter's switch interval (JobConfig's default)
+    assert service["switchIntervalMs"] == pytest.approx(JobConfig.switch_interval_ms)
     by_spoke: dict[int, list[int]] = {}
     for p in shuttle_run["in_order"]:
         by_spoke.setdefault(p["spoke"], []).append(p["id"])

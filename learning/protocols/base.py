@@ -861,7 +861,8 @@ class PipelineHub(Node):
         service: dict = {}
         for s in spokes:
             for k, v in s.get("service", {}).items():
-                service[k] = max(service.get(k, 0), v) if k == "pipelines" else service.get(k, 0) + v
+                service[k] = (max(service.get(k, 0), v) if k in ("pipelines", "switchIntervalMs")
+                              else service.get(k, 0) + v)
         proto = self.global_statistics()
         proto.update({
             "messagesToHubs": sum(n["messages_sent"] for n in net),
