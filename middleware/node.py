@@ -105,6 +105,9 @@ class NetworkContext(Protocol):
         """Send ``value`` (JSON-like) to one of the job's outputs: ``None`` (predictions),
         ``"responses"`` or ``"deadLetters"``."""
 
+    def emit_all(self, stream: str | None, values: list[dict]) -> None:
+        """:meth:`emit` each of ``values``, in order, in one call."""
+
 
 class NodeStats:
     """Messages and bytes sent and received by this node, per envelope kind.

@@ -78,6 +78,10 @@ class HubContext:
     def emit(self, stream: str | None, value: dict) -> None:
         self._op.emit(value)
 
+    def emit_all(self, stream: str | None, values: list[dict]) -> None:
+        for value in values:
+            self._op.emit(value)
+
 
 class HubKernel:
     """The hub nodes of every pipeline for one hub id, with their bookkeeping: plain

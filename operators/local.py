@@ -98,6 +98,10 @@ class _Sink(list):
             return
         net.outputs["predictions" if stream is None else stream].append(orjson.loads(value))
 
+    def extend(self, items) -> None:
+        for item in items:
+            self.append(item)
+
 
 class LocalNetwork:
     """The job's spoke and hub kernels over an in-memory transport.

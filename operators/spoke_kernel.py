@@ -153,6 +153,9 @@ class SpokeContext:
     def emit(self, stream: str | None, value: dict) -> None:
         self._op.emit(stream, value)
 
+    def emit_all(self, stream: str | None, values: list[dict]) -> None:
+        self._op.emit_all(stream, values)
+
 
 class SpokeKernel:
     """One spoke subtask's whole state and logic, plain Python (picklable, no Flink).
@@ -377,6 +380,11 @@ class SpokeKernel:
     # -- outputs -------------------------------------------------------------------------
     def emit(self, stream: str | None, value: dict) -> None:
         self.out.append((stream, orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()))
+
+    def emit_all(self, stream: str | None, values: list[dict]) -> None:
+        """:meth:`emit` each of ``values`` (a crossing's predictions), in order."""
+        dumps, option = orjson.dumps, orjson.OPT_SERIALIZE_NUMPY
+        self.out.extend([(stream, dumps(value, option=option).decode()) for value in values])
 
     # -- data ----------------------------------------------------------------------------
     def on_data(self, line: str) -> None:

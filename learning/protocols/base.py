@@ -371,10 +371,17 @@ class PipelineSpoke(Node):
                 self._forecast_one(rec, with_scores)
             return
         self.predicted += len(recs)
-        version, emit = self.model_version, self.ctx.emit
-        for i, rec in enumerate(recs):
-            emit(None, self._prediction(rec, predictions[i], version,
-                                        scores[i] if scores else {}))
+        version, network, index = self.model_version, self.ctx.network, self.ctx.index
+        if isinstance(predictions, np.ndarray) and (predictions.dtype.kind in "biuUO"
+                                                    or predictions.dtype == np.float64):
+            predictions = predictions.tolist()  # the same JSON, faster (not float32's)
+        if scores:
+            self.ctx.emit_all(None, [self._prediction(rec, p, version, s)
+                                     for rec, p, s in zip(recs, predictions, scores)])
+        else:  # what _prediction makes, inline: a crossing's forecasts are a fifth of e2e's
+            self.ctx.emit_all(None, [{"id": rec.get("id"), "pipeline": network, "spoke": index,
+                                      "prediction": p, "modelVersion": version}
+                                     for rec, p in zip(recs, predictions)])
 
     def _forecast_one(self, rec: dict, with_scores: bool) -> None:
         try:  # scores first: a record they refuse is not counted as predicted
