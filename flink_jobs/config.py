@@ -89,10 +89,10 @@ class JobConfig:
         holder hand it over in the middle of its crossing; on two busy cores every such
         hand-over leaves the interpreter idle until the waiting thread is scheduled.
         Default 100, by measurement (``benchmarks/e2e.py --modes thread --per-message 50
-        --switch-intervals 5,100``, 2 spokes, docs/performance.md, "The interpreter's switch
+        --switch-intervals 0,100``, 2 spokes, docs/performance.md, "The interpreter's switch
         interval"): 50 records per Kafka message, 252,000–260,000 records/s at 100 ms and
         1,000 ms against 217,000–248,000 at 5 ms (one spoke alone: 296,000); over seven
-        paired runs at 1 and 50 records per message 100 ms was ahead in six (−2.5% to
+        paired runs at 1 and 50 records per message the longer interval led in six (−2.5% to
         +20%). Not applied in process mode (each worker has its own interpreter).
     bundle_size : int
         ``python.fn-execution.bundle.size`` (records), process mode.
