@@ -91,9 +91,11 @@ class JobConfig:
         Default 100, by measurement (``benchmarks/e2e.py --modes thread --per-message 50
         --switch-intervals 0,100``, 2 spokes, docs/performance.md, "The interpreter's switch
         interval"): 50 records per Kafka message, 252,000–260,000 records/s at 100 ms and
-        1,000 ms against 217,000–248,000 at 5 ms (one spoke alone: 296,000); over seven
-        paired runs at 1 and 50 records per message the longer interval led in six (−2.5% to
-        +20%). Not applied in process mode (each worker has its own interpreter).
+        1,000 ms against 217,000–248,000 at 5 ms in alternated runs (one spoke alone:
+        296,000); of nine pairs at 1 and 50 records per message the longer interval led
+        in six (+3% to +20%) and trailed in three (by 0.7–2.9%), with the same feedback
+        round trip: a likely gain, not a certain one. Not applied in process mode (each
+        worker has its own interpreter).
     bundle_size : int
         ``python.fn-execution.bundle.size`` (records), process mode.
     bundle_time_ms : int
