@@ -6,6 +6,7 @@ the environment through a special control API").
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, deque
 from dataclasses import replace
@@ -371,17 +372,12 @@ class PipelineSpoke(Node):
                 self._forecast_one(rec, with_scores)
             return
         self.predicted += len(recs)
-        version, network, index = self.model_version, self.ctx.network, self.ctx.index
         if isinstance(predictions, np.ndarray) and (predictions.dtype.kind in "biuUO"
                                                     or predictions.dtype == np.float64):
             predictions = predictions.tolist()  # the same JSON, faster (not float32's)
-        if scores:
-            self.ctx.emit_all(None, [self._prediction(rec, p, version, s)
-                                     for rec, p, s in zip(recs, predictions, scores)])
-        else:  # what _prediction makes, inline: a crossing's forecasts are a fifth of e2e's
-            self.ctx.emit_all(None, [{"id": rec.get("id"), "pipeline": network, "spoke": index,
-                                      "prediction": p, "modelVersion": version}
-                                     for rec, p in zip(recs, predictions)])
+        version, make = self.model_version, self._prediction
+        self.ctx.emit_all(None, [make(rec, p, version, s) for rec, p, s
+                                 in zip(recs, predictions, scores or itertools.repeat({}))])
 
     def _forecast_one(self, rec: dict, with_scores: bool) -> None:
         try:  # scores first: a record they refuse is not counted as predicted
