@@ -3,6 +3,7 @@ side by side in one run, printed as a table.
 
     .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--shardings random,stratified]
                                        [--feedback-waits 1,20] [--switch-intervals 0,100]
+                                       [--spoke-parallelisms 0,1]
                                        [--records 1000000]
                                        [--warmup 400000] [--jit-quiet 0.15] [--broker-per-row]
                                        [--json PATH]
@@ -33,7 +34,8 @@ Rows:
   17,590 records/s in one run; 15,307 in another and 19,202 alone twenty minutes later).
 * ``omldm``: one fresh job per (mode, records per message, batch delay, sharding, the
   ``psMessages`` source's fetch wait, in thread mode the interpreter's switch interval:
-  ``--switch-intervals``, 0 for Python's own 5 ms) with the demo's
+  ``--switch-intervals``, 0 for Python's own 5 ms, and the spokes' subtasks,
+  ``--spoke-parallelisms``, 0 for one per spoke) with the demo's
   pipeline (``shuttle_create_request(0)``, 2 spokes). The clock starts just before the
   first record after the warm-up is produced (confluent-kafka, as fast as it goes) and
   stops once a Query (every 0.1 s) counts every record fitted and predicted *and* every
@@ -374,13 +376,14 @@ def fitted_by(sharding: str, spokes: int, msgs: list[tuple[str, bytes]], n_train
 
 def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
               sharding: str = "random", feedback_wait: int = JobConfig.feedback_fetch_max_wait_ms,
-              switch_interval: int = JobConfig.switch_interval_ms) -> dict:
+              switch_interval: int = JobConfig.switch_interval_ms,
+              spoke_parallelism: int = JobConfig.spoke_parallelism) -> dict:
     """One fresh job: throughput of the whole stream, then latency on the same job."""
     cfg = local_config(servers, topic_prefix=next(_prefixes), spokes=args.spokes,
                        execution_mode=mode, max_batch_delay_ms=delay,
                        max_batch_records=args.max_batch_records, sharding=sharding,
                        feedback_fetch_max_wait_ms=feedback_wait,
-                       switch_interval_ms=switch_interval)
+                       switch_interval_ms=switch_interval, spoke_parallelism=spoke_parallelism)
     with Session(cfg, "omldm-e2e") as s:
         created = s.request(shuttle_create_request(0), timeout=120)
         if created.get("status") != "ok":
@@ -443,6 +446,7 @@ def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
         row = {"row": "omldm", "mode": mode, "max_batch_records": args.max_batch_records,
                "per_message": per_message, "delay_ms": delay, "sharding": sharding,
                "feedback_wait_ms": feedback_wait, "switch_interval_ms": switch_interval,
+               "spokes": args.spokes, "spoke_parallelism": cfg.spoke_subtasks,
                "records": len(y), "warmup": w_records,
                "warmup_seconds": warm_seconds, "warmup_jit": warm_jit,
                "seconds": elapsed, "produce_seconds": produced, "query_seconds": query_seconds,
@@ -484,7 +488,13 @@ def _name(row: dict) -> str:
             + ("" if row.get("feedback_wait_ms", JobConfig.feedback_fetch_max_wait_ms)
                == JobConfig.feedback_fetch_max_wait_ms
                else f", feedback wait {row['feedback_wait_ms']} ms")
-            + _switch_label(row))
+            + _switch_label(row) + _subtasks_label(row))
+
+
+def _subtasks_label(row: dict) -> str:
+    """The spokes' subtasks in a row's name, where fewer than the spokes."""
+    n = row.get("spoke_parallelism")
+    return f", {n} subtask{'s' if n != 1 else ''}" if n and n < row.get("spokes", n + 1) else ""
 
 
 def _switch_label(row: dict) -> str:
@@ -533,6 +543,9 @@ def main() -> None:
     ap.add_argument("--switch-intervals", default=str(JobConfig.switch_interval_ms),
                     help="switch_interval_ms values (thread mode: the Python interpreter's "
                          "switch interval in the JVM; 0: Python's own, 5 ms), comma-separated")
+    ap.add_argument("--spoke-parallelisms", default=str(JobConfig.spoke_parallelism),
+                    help="spoke_parallelism values (subtasks the spokes are dealt over; 0: one "
+                         "per spoke), comma-separated")
     ap.add_argument("--latency-rate", type=float, default=2000.0, help="records/s")
     ap.add_argument("--latency-seconds", type=float, default=3.0)
     ap.add_argument("--no-latency", action="store_true")
@@ -593,14 +606,15 @@ def main() -> None:
         for mode in args.modes.split(","):
             for k in per_messages:
                 for delay in (int(v) for v in args.delays.split(",")):
-                    for sharding, wait, switch in itertools.product(
+                    for sharding, wait, switch, width in itertools.product(
                             args.shardings.split(","),
                             [int(v) for v in args.feedback_waits.split(",")],
                             [int(v) for v in args.switch_intervals.split(",")]
-                            if mode == "thread" else [JobConfig.switch_interval_ms]):
+                            if mode == "thread" else [JobConfig.switch_interval_ms],
+                            [int(v) for v in args.spoke_parallelisms.split(",")]):
                         with broker() as servers:
                             rows.append(omldm_row(servers, args, mode, k, delay, X, y,
-                                                  sharding, wait, switch))
+                                                  sharding, wait, switch, width))
                         show(rows[-1], peers[k])
         for k in per_messages:  # the peer again, last: see "Rows" above
             rows.append(peer_run(k, again=True))

@@ -10,7 +10,7 @@ from flink_jobs.connection import KafkaConnection
 from operators.sharding import SHARDINGS
 
 __all__ = ["Topics", "JobConfig", "add_sharding_arguments", "sharding_settings",
-           "add_weights_arguments", "weights_settings"]
+           "add_weights_arguments", "weights_settings", "add_spoke_parallelism_argument"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,16 @@ class JobConfig:
     bootstrap_servers : str
         Kafka ``host:port[,host:port]``.
     spokes : int
-        Parallelism of the spoke operator (local learners), >= 1.
+        The spokes (local learners) of every pipeline, >= 1; the spoke operator's
+        parallelism unless ``spoke_parallelism`` says otherwise.
+    spoke_parallelism : int
+        Subtasks of the spoke operator, 1 to ``spokes``; the spokes are dealt round-robin
+        over them (spoke i on subtask ``i % spoke_parallelism``), each subtask holding its
+        spokes' kernels side by side in keyed state, so what a pipeline learns does not
+        change. 0 (the default): one subtask per spoke. In thread mode every spoke of one
+        TaskManager runs in that TaskManager's one interpreter anyway, and two spoke
+        threads take turns at it (docs/performance.md, "Several spokes in one subtask").
+        Keep it across a restore from a savepoint: the spokes' keys depend on it.
     hubs : int
         Parallelism of the hub operator (parameter-server shards), >= 1. A pipeline's
         ``hubParallelism`` may not exceed it.
@@ -210,6 +219,7 @@ class JobConfig:
 
     bootstrap_servers: str
     spokes: int = 2
+    spoke_parallelism: int = 0
     hubs: int = 1
     execution_mode: str = "thread"
     buffer_timeout_ms: int = 1
@@ -248,6 +258,11 @@ class JobConfig:
     connection: KafkaConnection = field(default_factory=KafkaConnection)
 
     @property
+    def spoke_subtasks(self) -> int:
+        """The spoke operator's parallelism: ``spoke_parallelism``, or ``spokes`` for 0."""
+        return self.spoke_parallelism or self.spokes
+
+    @property
     def persist_state(self) -> bool:
         """Whether spokes and hubs hand their kernels to keyed state after every element:
         always in process mode (a write-cache reference, serialized per bundle), and in
@@ -270,6 +285,9 @@ class JobConfig:
                      "max_batch_bytes", "max_backlog_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.spoke_parallelism <= self.spokes:
+            raise ValueError(f"spoke_parallelism must be between 0 (one subtask per spoke) and "
+                             f"spokes ({self.spokes}), got {self.spoke_parallelism}")
         if self.max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
         for name in ("buffer_timeout_ms", "fetch_max_wait_ms", "feedback_fetch_max_wait_ms",
@@ -293,6 +311,14 @@ class JobConfig:
         if self.startup_mode not in ("earliest-offset", "latest-offset"):
             raise ValueError(f"startup_mode must be 'earliest-offset' or 'latest-offset', "
                              f"got {self.startup_mode!r}")
+
+
+def add_spoke_parallelism_argument(p: argparse.ArgumentParser) -> None:
+    """``--spoke-parallelism`` (:attr:`JobConfig.spoke_parallelism`), for ``omldm
+    demo/serve`` and ``flink_run.py``."""
+    p.add_argument("--spoke-parallelism", type=int, default=JobConfig.spoke_parallelism,
+                   help="subtasks the spokes are dealt over, round-robin (1 to --spokes; "
+                        "default 0: one subtask per spoke)")
 
 
 def add_sharding_arguments(p: argparse.ArgumentParser) -> None:

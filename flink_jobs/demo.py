@@ -46,12 +46,13 @@ def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int
              records_per_message: int = 1, mini_batch_size: int = 32, mini_batches: int = 4,
              timeout: float = 300.0, progress: bool = True, topic_prefix: str = "",
              checkpoint_interval_ms: int = 0, exactly_once_outputs: bool = False,
-             max_batch_delay_ms: int | None = None, out=sys.stdout,
-             **sharding) -> dict[str, Any]:
+             max_batch_delay_ms: int | None = None, spoke_parallelism: int = 0,
+             out=sys.stdout, **sharding) -> dict[str, Any]:
     """Run the demo; returns the summary that the command prints as its last line.
     ``checkpoint_interval_ms`` > 0 turns checkpoints on (in memory on the MiniCluster);
     ``exactly_once_outputs`` (needs checkpoints) writes the outputs in transactions;
     ``max_batch_delay_ms`` (default: :class:`JobConfig`'s) batches records in Java;
+    ``spoke_parallelism`` (:class:`JobConfig`'s) deals the spokes over fewer subtasks;
     ``sharding`` takes :class:`JobConfig`'s ``sharding*`` fields.
 
     Raises
@@ -70,6 +71,7 @@ def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int
                            execution_mode=execution_mode,
                            checkpoint_interval_ms=checkpoint_interval_ms,
                            exactly_once_outputs=exactly_once_outputs,
+                           spoke_parallelism=spoke_parallelism,
                            **({} if max_batch_delay_ms is None
                               else {"max_batch_delay_ms": max_batch_delay_ms}), **sharding)
         print(f"broker {servers}; job: {spokes} spokes, {hubs} hub(s), {execution_mode} mode"

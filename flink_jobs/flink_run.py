@@ -25,7 +25,8 @@ import sys
 if __package__ in (None, ""):  # run as a script by flink run: make the packages importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from flink_jobs.config import (JobConfig, Topics, add_sharding_arguments, add_weights_arguments,  # noqa: E402
+from flink_jobs.config import (JobConfig, Topics, add_sharding_arguments, add_spoke_parallelism_argument,
+                               add_weights_arguments,  # noqa: E402
                                sharding_settings, weights_settings)
 from flink_jobs.config_file import apply_to_parser, job_settings, read_config_argument  # noqa: E402
 from flink_jobs.connection import KafkaConnection  # noqa: E402
@@ -42,6 +43,7 @@ def parser() -> argparse.ArgumentParser:
     KafkaConnection.add_arguments(p)
     p.add_argument("--topic-prefix", default="", help="prefix of every topic name")
     p.add_argument("--spokes", type=int, default=2, help="spoke parallelism (local learners)")
+    add_spoke_parallelism_argument(p)
     p.add_argument("--hubs", type=int, default=1, help="hub parallelism (parameter-server shards)")
     p.add_argument("--mode", choices=("process", "thread"), default="process",
                    help="python.execution-mode (default process: cheap state writes)")
@@ -95,7 +97,8 @@ def config_from_args(args: argparse.Namespace, file_settings: dict | None = None
     extra = {"topics": Topics.prefixed(args.topic_prefix or ""),
              **job_settings(file_settings or {}, args)}
     extra.update(weights_settings(args, extra["topics"]))
-    return JobConfig(bootstrap_servers=conn.bootstrap_servers, spokes=args.spokes, hubs=args.hubs,
+    return JobConfig(bootstrap_servers=conn.bootstrap_servers, spokes=args.spokes,
+                     spoke_parallelism=args.spoke_parallelism, hubs=args.hubs,
                      execution_mode=args.mode, checkpoint_interval_ms=args.checkpoint_interval_ms,
                      checkpoint_dir=args.checkpoint_dir,
                      exactly_once_outputs=args.exactly_once_outputs, group_id=args.group_id,

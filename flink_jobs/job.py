@@ -51,7 +51,7 @@ from middleware import codec
 from middleware.codec import Wire
 from middleware.errors import CodecError
 from operators.hub import HubFunction
-from operators.routing import MAX_PARALLELISM, hub_keys
+from operators.routing import MAX_PARALLELISM, hub_keys, spoke_keys as spoke_keys_of
 from operators.shard import ShardFunction
 from operators.spoke import SpokeFunction
 
@@ -84,7 +84,7 @@ def create_environment(cfg: JobConfig, local: bool = True) -> StreamExecutionEnv
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     if local:
         env.set_python_executable(sys.executable)
-    env.set_parallelism(cfg.spokes)
+    env.set_parallelism(cfg.spoke_subtasks)  # the sources and sinks are as wide as the spokes
     env.set_max_parallelism(MAX_PARALLELISM)
     return env
 
@@ -272,7 +272,8 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
         ) WITH (
             {options}
         )""")
-    spoke_keys = hub_keys(cfg.spokes)  # the key that lands on spoke subtask i, for each i
+    # spoke i's key, landing on subtask i % cfg.spoke_subtasks
+    spoke_keys = spoke_keys_of(cfg.spokes, cfg.spoke_subtasks)
     gateway = get_gateway()
     j_spoke_keys = to_jarray(gateway.jvm.int, spoke_keys)  # for omldm's Java operators
     key = _shard_key(cfg, spoke_keys)
@@ -342,14 +343,15 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
                                      dead_tag, cfg.limits(), cfg.protocol_modules,
                                      cfg.execution_mode, cfg.persist_state, cfg.metrics,
                                      to_spokes_tag, join_predictions=batched,
-                                     switch_interval_ms=cfg.switch_interval_ms),
+                                     switch_interval_ms=cfg.switch_interval_ms,
+                                     spoke_keys=spoke_keys, parallelism=cfg.spoke_subtasks),
                        output_type=Types.STRING())
-              .name("spokes").uid("spokes").set_parallelism(cfg.spokes))
+              .name("spokes").uid("spokes").set_parallelism(cfg.spoke_subtasks))
     predictions = spokes
     if batched:  # one string per crossing back, split in Java (omldm.LineSplitter)
         predictions = DataStream(spokes._j_data_stream.flatMap(
             gateway.jvm.omldm.LineSplitter(), Types.STRING().get_java_type_info())
-            .name("split-predictions").uid("split-predictions").setParallelism(cfg.spokes))
+            .name("split-predictions").uid("split-predictions").setParallelism(cfg.spoke_subtasks))
     hubs = (spokes.get_side_output(to_hubs_tag)
             .key_by(lambda m: m[0], key_type=Types.INT())
             .process(HubFunction(cfg.spokes, keys, responses_tag, weights_tag, cfg.limits(),
@@ -367,11 +369,12 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
     # were dealt to several writers, and a spoke's channel reached the topic out of order
     (hubs.sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-out")
      .uid("psMessages-sink").set_parallelism(cfg.hubs))
-    # spoke→spoke sibling frames (sibling channels, e.g. TensAIR): one writer per spoke (a
-    # forward edge), so each channel reaches the topic in order, as the hubs' frames do
+    # spoke→spoke sibling frames (sibling channels, e.g. TensAIR): one writer per spoke
+    # subtask (a forward edge), so each channel reaches the topic in order, as the hubs'
+    # frames do
     (spokes.get_side_output(to_spokes_tag)
      .sink_to(_kafka_sink(cfg, t.ps_messages, ByteArraySchema())).name("psMessages-spokes")
-     .uid("psMessages-spokes-sink").set_parallelism(cfg.spokes))
+     .uid("psMessages-spokes-sink").set_parallelism(cfg.spoke_subtasks))
     (spokes.get_side_output(responses_tag).union(hubs.get_side_output(responses_tag))
      .sink_to(output(t.responses)).name("responses").uid("responses-sink"))
     spokes.get_side_output(dead_tag).sink_to(

@@ -99,6 +99,11 @@ HUB_METRICS: dict[str, Callable[[Any], int]] = {
     "bytesFromSpokes": lambda n: _sum(n.stats.received_bytes),
     "feedbackRoundTripMs": lambda n: round(n.feedback_round_trip_ms),
 }
+#: per-pipeline metrics that are a mean over the spokes of one subtask where it hosts several
+#: (``JobConfig.spoke_parallelism``); the others are sums
+AVERAGED = frozenset({"prequentialAccuracyPpm", "rollingAccuracyPpm", "rollingMacroF1Ppm",
+                      "rollingKappaPpm", "rollingMaeMicro", "rollingRmseMicro", "rollingR2Ppm",
+                      "rollingLogLossMicro", "rollingRocAucPpm"})
 SERVICE_METRICS = ("requestsAccepted", "requestsRejected", "badMessages", "handlerErrors",
                    "recordsWithoutPipeline", "restores", "dataRecords", "dataBatches",
                    "weightsRecords")
@@ -148,19 +153,28 @@ class OperatorMetrics:
 
     def refresh(self, kernel, force: bool = False) -> None:
         """Set the counters from a kernel's ``nodes`` (pipeline id → node) and its
-        ``service()`` counters, at most every ``refresh_s`` seconds unless ``force``."""
+        ``service()`` counters, at most every ``refresh_s`` seconds unless ``force``.
+        ``kernel`` may be a list of the kernels one subtask hosts (several spokes in one
+        subtask): their counters are added up, and the metrics in :data:`AVERAGED` are
+        their mean."""
         now = time.monotonic()
         if now < self.next and not force:
             return
         self.next = now + self.refresh_s
-        nodes, service = kernel.nodes, kernel.service()
-        for name in SERVICE_METRICS:
-            if name in service:
-                self._set((name,), service[name])
-        for pid, node in nodes.items():
-            for name, read in self.per_pipeline.items():
-                try:
-                    value = read(node)
-                except Exception:  # a protocol without that statistic
-                    continue
-                self._set((pid, name), value)
+        kernels = kernel if isinstance(kernel, list) else [kernel]
+        totals: dict[tuple, list[int]] = {}
+        for one in kernels:
+            service = one.service()
+            for name in SERVICE_METRICS:
+                if name in service:
+                    totals.setdefault((name,), []).append(service[name])
+            for pid, node in one.nodes.items():
+                for name, read in self.per_pipeline.items():
+                    try:
+                        value = read(node)
+                    except Exception:  # a protocol without that statistic
+                        continue
+                    totals.setdefault((pid, name), []).append(value)
+        for key, values in totals.items():
+            self._set(key, round(sum(values) / len(values)) if key[-1] in AVERAGED
+                      else sum(values))

@@ -12,7 +12,8 @@ Measured on Flink 2.0.1 over keys 0..63 and checked by ``tests/test_flink_routin
 
 from __future__ import annotations
 
-__all__ = ["MAX_PARALLELISM", "KEY_HASH_OFFSET", "murmur_hash", "operator_index", "hub_keys", "subtask_index"]
+__all__ = ["MAX_PARALLELISM", "KEY_HASH_OFFSET", "murmur_hash", "operator_index", "hub_keys", "spoke_keys",
+           "subtask_index"]
 
 MAX_PARALLELISM = 128
 KEY_HASH_OFFSET = 62  # Java hashCode of PyFlink's Row(Row(k)) key is k + 62
@@ -64,6 +65,36 @@ def hub_keys(n_hubs: int, max_parallelism: int = MAX_PARALLELISM) -> list[int]:
             keys[j] = k
         k += 1
     return keys  # type: ignore[return-value]
+
+
+def spoke_keys(n_spokes: int, parallelism: int | None = None,
+               max_parallelism: int = MAX_PARALLELISM) -> list[int]:
+    """``keys[i]``: an int key that Flink routes to subtask ``i % parallelism`` of a
+    ``parallelism``-wide operator, all distinct: spoke i's key when ``n_spokes`` spokes are
+    dealt round-robin over that many subtasks (``None``: one spoke per subtask, the keys of
+    :func:`hub_keys`).
+
+    >>> spoke_keys(3) == hub_keys(3)
+    True
+    >>> [operator_index(k, 2) for k in spoke_keys(5, 2)]
+    [0, 1, 0, 1, 0]
+
+    Raises
+    ------
+    ValueError
+        Unless ``1 <= parallelism <= n_spokes``.
+    """
+    width = n_spokes if parallelism is None else parallelism
+    if not 1 <= width <= n_spokes:
+        raise ValueError(f"spoke parallelism must be between 1 and the spokes ({n_spokes}), got {width}")
+    keys: list[int] = []
+    k = 0
+    for i in range(n_spokes):
+        while operator_index(k, width, max_parallelism) != i % width or k in keys:
+            k += 1
+        keys.append(k)
+        k = 0
+    return keys
 
 
 def subtask_index(runtime_context) -> int:

@@ -1,6 +1,7 @@
 """The spoke operator: a ``KeyedCoProcessFunction`` over (data records, messages), keyed by
-spoke (one key per subtask, see :mod:`operators.routing`; the keys are computed in Java, so
-no Python key selector runs on the data path).
+spoke (one key per spoke, :func:`operators.routing.spoke_keys`: one spoke per subtask, or
+several dealt round-robin over fewer subtasks, ``JobConfig.spoke_parallelism``; the keys are
+computed in Java, so no Python key selector runs on the data path).
 
 Input 1 carries training and forecasting records, each the JSON of an object ``{"id",
 "features", "label"}`` or a JSON array of them, in batches assembled in Java by
@@ -27,7 +28,7 @@ spoke), responses and dead letters (JSON).
 Everything a spoke holds (pipelines, local models, preprocessor statistics, mini-batch
 buffers, protocol state, middleware sequence numbers and pending promises, counters) is one
 plain-Python :class:`~operators.spoke_kernel.SpokeKernel` (the logic is there: this module
-only hosts it), kept in the spoke key's ``ValueState`` and handed to the
+only hosts it, one kernel per spoke key), kept in the spoke key's ``ValueState`` and handed to the
 state after every element. In process mode that is a reference put in PyFlink's write
 cache, serialized once per bundle and at every checkpoint barrier (the bundle is finished
 before the barrier), so a checkpoint holds each spoke exactly as of the records before the
@@ -45,7 +46,7 @@ from pyflink.datastream import KeyedCoProcessFunction
 from pyflink.datastream.state import ValueStateDescriptor
 
 from operators.metrics import SPOKE_METRICS, OperatorMetrics
-from operators.routing import subtask_index
+from operators.routing import spoke_keys as spoke_keys_of, subtask_index
 from operators.service import import_protocols
 from operators.snapshot import Snapshot
 from operators.spoke_kernel import HUBS, SPOKES, SpokeKernel
@@ -86,13 +87,20 @@ class SpokeFunction(KeyedCoProcessFunction):
         Thread mode: set the interpreter's switch interval (``sys.setswitchinterval``,
         milliseconds) in ``open``; 0 leaves it (:attr:`flink_jobs.config.JobConfig.
         switch_interval_ms`).
+    spoke_keys : list[int], optional
+        Spoke i's key, for each i (:func:`operators.routing.spoke_keys`); a subtask hosts
+        the kernel of every key that reaches it. Default: one spoke per subtask.
+    parallelism : int, optional
+        This operator's parallelism, the ``parallelism`` those keys were made for; fewer
+        than ``n_spokes`` subtasks each host several spokes. Default: ``n_spokes``.
     """
 
     def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
                  responses_tag, dead_letters_tag, limits: dict | None = None,
                  protocol_modules: tuple[str, ...] = (), execution_mode: str = "thread",
                  persist: bool = True, metrics: bool = True, to_spokes_tag=None,
-                 join_predictions: bool = False, switch_interval_ms: int = 0) -> None:
+                 join_predictions: bool = False, switch_interval_ms: int = 0,
+                 spoke_keys: list[int] | None = None, parallelism: int | None = None) -> None:
         self.n_spokes = n_spokes
         self.n_hubs = n_hubs
         self.hub_keys = hub_keys
@@ -107,6 +115,8 @@ class SpokeFunction(KeyedCoProcessFunction):
         self.metrics_on = metrics
         self.join_predictions = join_predictions
         self.switch_interval_ms = switch_interval_ms
+        self.spoke_keys = spoke_keys_of(n_spokes) if spoke_keys is None else list(spoke_keys)
+        self.parallelism = n_spokes if parallelism is None else parallelism
 
     def open(self, runtime_context) -> None:
         import_protocols(self.protocol_modules)
@@ -114,35 +124,48 @@ class SpokeFunction(KeyedCoProcessFunction):
             # one interpreter for every spoke and hub of this TaskManager: a crossing runs
             # to its end instead of handing it over every 5 ms (JobConfig.switch_interval_ms)
             sys.setswitchinterval(self.switch_interval_ms / 1000.0)
-        self.index = subtask_index(runtime_context)
+        self.subtask = subtask_index(runtime_context)
+        self.index_of = {key: i for i, key in enumerate(self.spoke_keys)}
+        # several spokes in this subtask: every element says whose it is
+        self.shared = self.n_spokes > self.parallelism
         self.metrics = OperatorMetrics(runtime_context, SPOKE_METRICS) if self.metrics_on else None
         self.state = runtime_context.get_state(
             ValueStateDescriptor("spoke", Types.PICKLED_BYTE_ARRAY()))
-        self.kernel: SpokeKernel | None = None
+        # spoke key -> its kernel and the Snapshot handed to keyed state; with one spoke
+        # per subtask a single entry
+        self.kernels: dict[int, tuple[SpokeKernel, Snapshot]] = {}
+        self.key: int | None = None  # the key of the last element's kernel
         self.tags = {HUBS: self.to_hubs_tag, "responses": self.responses_tag,
                      "deadLetters": self.dead_letters_tag, SPOKES: self.to_spokes_tag}
 
-    def _kernel(self) -> SpokeKernel:
-        kernel = self.kernel
+    def _kernel(self, ctx) -> SpokeKernel:
+        """The kernel of the element's spoke key, made or restored from keyed state on its
+        first element; with one spoke per subtask the key is not asked for."""
+        if self.key is None or self.shared:
+            key = ctx.get_current_key()
+            self.key = key if isinstance(key, int) else key[0]  # Row(k) from Java's keyBy
+        held = self.kernels.get(self.key)
+        if held is not None:
+            return held[0]
+        saved = self.state.value() if self.persist else None
+        kernel = saved.kernel if saved is not None else None
         if kernel is None:
-            saved = self.state.value() if self.persist else None
-            kernel = saved.kernel if saved is not None else None
-            if kernel is None:
-                kernel = SpokeKernel(self.index, self.n_spokes, self.n_hubs, self.hub_keys,
-                                     self.limits, self.execution_mode)
-            else:
-                kernel.restored()
-                log.info("spoke %d restored: %d pipeline(s), restore %d", self.index,
-                         len(kernel.nodes), kernel.restores)
-            self.kernel = kernel
-            self.snapshot = Snapshot(kernel)
+            kernel = SpokeKernel(self.index_of.get(self.key, self.subtask), self.n_spokes,
+                                 self.n_hubs, self.hub_keys, self.limits, self.execution_mode)
+        else:
+            kernel.restored()
+            log.info("spoke %d restored: %d pipeline(s), restore %d", kernel.index,
+                     len(kernel.nodes), kernel.restores)
+        kernel.subtask = self.subtask
+        self.kernels[self.key] = (kernel, Snapshot(kernel))
         return kernel
 
     def _emit(self, kernel: SpokeKernel):
         if self.persist:
-            self.state.update(self.snapshot)
+            self.state.update(self.kernels[self.key][1])
         if self.metrics is not None:
-            self.metrics.refresh(kernel)
+            self.metrics.refresh(kernel if len(self.kernels) == 1
+                                 else [held[0] for held in self.kernels.values()])
         if kernel.out:
             out, kernel.out = kernel.out, []
             tags = self.tags
@@ -159,7 +182,7 @@ class SpokeFunction(KeyedCoProcessFunction):
                 yield "\n".join(predictions)
 
     def process_element1(self, value, ctx):
-        kernel = self._kernel()
+        kernel = self._kernel(ctx)
         if isinstance(value, str):
             kernel.on_data(value)
         else:
@@ -174,6 +197,6 @@ class SpokeFunction(KeyedCoProcessFunction):
         yield from self._emit(kernel)
 
     def process_element2(self, value, ctx):
-        kernel = self._kernel()
+        kernel = self._kernel(ctx)
         kernel.on_message(bytes(value))
         yield from self._emit(kernel)

@@ -134,6 +134,11 @@ class SpokeContext:
             self.paused_at = time.time()
         self.pauses += 1
 
+    @property
+    def subtask(self) -> int | None:
+        """The Flink subtask hosting this spoke (:attr:`SpokeKernel.subtask`)."""
+        return self._op.subtask
+
     def crossing_ms(self) -> tuple[float, float] | None:
         """p50 and p95 wall milliseconds of this spoke's last data crossings
         (:meth:`SpokeKernel.crossing_percentiles`)."""
@@ -208,9 +213,14 @@ class SpokeKernel:
         Wall milliseconds of the last :data:`CROSSINGS_KEPT` data crossings
         (:meth:`crossing_percentiles`); None before the first (and in a kernel restored
         from a snapshot taken before they were kept).
+    subtask : int or None
+        The Flink subtask hosting this spoke, set by its host (:class:`operators.spoke.
+        SpokeFunction`; several spokes share one with ``JobConfig.spoke_parallelism``);
+        None in process.
     """
 
     crossings_ms: deque | None = None
+    subtask: int | None = None
 
     def __init__(self, index: int, n_spokes: int, n_hubs: int, hub_keys: list[int],
                  limits: dict | None = None, execution_mode: str = "thread") -> None:

@@ -24,6 +24,15 @@ def test_batch_settings_are_checked():
         JobConfig("k:9092", max_batch_records=0)
 
 
+def test_the_spokes_subtasks_are_a_checked_setting():
+    """``JobConfig.spoke_parallelism``: 0 (one subtask per spoke) up to the spokes."""
+    assert JobConfig("k:9092", spokes=3).spoke_subtasks == 3
+    assert JobConfig("k:9092", spokes=3, spoke_parallelism=2).spoke_subtasks == 2
+    for bad in (-1, 4):
+        with pytest.raises(ValueError, match=f"spoke_parallelism must be between 0 .* got {bad}"):
+            JobConfig("k:9092", spokes=3, spoke_parallelism=bad)
+
+
 def test_the_interpreter_switch_interval_is_a_setting_a_spoke_reports():
     """``JobConfig.switch_interval_ms`` (thread mode; 0: Python's own) is checked, and a
     spoke's service counters say what its interpreter runs at (the end-to-end test

@@ -1,7 +1,9 @@
 """omldm on a real standalone Flink session cluster, as docs/operations.md deploys it: a
 JobManager and two TaskManagers from the installed PyFlink (deploy/cluster.py), the job
 submitted with ``flink run -py flink_jobs/flink_run.py``, the Shuttle stream through the
-local broker, checkpoints every second.
+local broker, checkpoints every second; 3 spokes dealt over 2 spoke subtasks
+(``spoke_parallelism``: subtask 0 hosts spokes 0 and 2), so a TaskManager that dies takes
+two spokes' kernels with it, and both come back from keyed state.
 
 One job runs through the module: a TaskManager is killed (SIGKILL, with its Python
 workers) in the middle of the stream, the job restarts from the last checkpoint, the
@@ -39,7 +41,8 @@ def job_args(broker) -> list[str]:
     (the checkpoint interval: 60 s in the file) overridden by its flag."""
     conf = Path(tempfile.mkdtemp(prefix="omldm-cluster-")) / "omldm.yaml"
     conf.write_text(f"kafka: {{bootstrap_servers: '{broker.bootstrap_servers}'}}\n"
-                    f"topic_prefix: {PREFIX}\nspokes: 2\nhubs: 1\nexecution_mode: process\n"
+                    f"topic_prefix: {PREFIX}\nspokes: 3\nspoke_parallelism: 2\nhubs: 1\n"
+                    f"execution_mode: process\n"
                     f"checkpoint_interval_ms: 60000\njob_name: omldm-cluster-test\n")
     return ["--config", str(conf), "--checkpoint-interval-ms", "1000"]
 
@@ -165,14 +168,15 @@ def test_every_record_is_counted_exactly_once_across_the_failure(run):
     assert final["fitted"] == run["n_train"] and final["predicted"] == run["n_fore"]
     assert sum(final["fittedPerSpoke"]) == run["n_train"]
     # the bad record: refused and counted once; the bad request: refused by every spoke
-    # once (2 spokes), answered with one error (possibly repeated, identical, on the topic)
+    # once (3 spokes), answered with one error (possibly repeated, identical, on the topic)
     assert final["rejected"] == 1
-    assert final["service"]["requestsRejected"] == 2
+    assert final["service"]["requestsRejected"] == 3
+    assert [(sp["spoke"], sp["subtask"]) for sp in final["spokes"]] == [(0, 0), (1, 1), (2, 0)]
     errors = {(a["status"], a["error"]["code"]) for a in run["bad_answers"]}
     assert len(errors) == 1 and next(iter(errors))[0] == "error", run["bad_answers"]
     # predictions sink is at-least-once: a replayed record may be answered twice, by id
     assert set(run["preds"]) == set(run["held"])
-    assert final["service"]["restores"] >= 1  # the spokes came back from Flink state
+    assert final["service"]["restores"] >= 2  # the dead TaskManager's spokes came back from Flink state
     print(f"kill test: fitted {final['fitted']}, predicted {final['predicted']}, restarts "
           f"{run['restarts']}, recovered in {run['recovery_seconds']:.1f} s; prequential "
           f"before {run['before']['prequentialAccuracy']:.4f}, right after "
@@ -211,6 +215,7 @@ def test_flink_metrics_reach_prometheus(run):
     assert metric_sum(text, "omldm_pipeline_predicted") == run["n_fore"]
     assert metric_sum(text, "omldm_pipeline_messagesToHubs") > 0
     assert "omldm_pipeline_fittedPerSecond" in text  # a meter
+    # per subtask: the mean over the spokes it hosts
     assert 0.99e6 <= metric_sum(text, "omldm_pipeline_prequentialAccuracyPpm") / 2 <= 1e6
     assert 0.9e6 <= metric_sum(text, "omldm_pipeline_rollingAccuracyPpm") / 2 <= 1e6
     if not hub_before:

@@ -88,7 +88,7 @@ def test_accuracy_is_honest_and_meets_the_bar(shuttle_run):
 
 def test_each_spoke_runs_in_its_own_subtask(shuttle_run):
     spokes = shuttle_run["final"]["spokes"]
-    assert [s["spoke"] for s in spokes] == [0, 1]
+    assert [(s["spoke"], s["subtask"]) for s in spokes] == [(0, 0), (1, 1)]
     assert all(s["fitted"] > 0.4 * shuttle_run["n_train"] for s in spokes)
 
 

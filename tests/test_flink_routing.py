@@ -9,13 +9,25 @@ import sys
 
 import pytest
 
-from operators.routing import MAX_PARALLELISM, hub_keys, operator_index, subtask_index
+from operators.routing import MAX_PARALLELISM, hub_keys, operator_index, spoke_keys, subtask_index
 
 
 def test_hub_keys_are_distinct_subtasks_by_formula():
     for m in range(1, 9):
         keys = hub_keys(m)
         assert [operator_index(k, m) for k in keys] == list(range(m))
+
+
+def test_spoke_keys_deal_the_spokes_round_robin_over_the_subtasks():
+    for n in range(1, 9):
+        assert spoke_keys(n) == hub_keys(n)  # one spoke per subtask: the keys of before
+        for width in range(1, n + 1):
+            keys = spoke_keys(n, width)
+            assert len(set(keys)) == n
+            assert [operator_index(k, width) for k in keys] == [i % width for i in range(n)]
+    for width in (0, 4):
+        with pytest.raises(ValueError, match="spoke parallelism"):
+            spoke_keys(3, width)
 
 
 @pytest.mark.parametrize("m", [2, 3, 4])

@@ -282,6 +282,41 @@ def test_spoke_and_hub_metrics_read_the_quality_state(shuttle_head):
     assert HUB_METRICS["feedbackRoundTripMs"](hub) >= 0  # the spokes acknowledged frames
 
 
+def test_a_subtask_hosting_two_spokes_exports_their_sums_and_the_mean_of_rates(shuttle_head):
+    """With ``JobConfig.spoke_parallelism`` below the spokes a subtask hosts several
+    kernels: its counters are their sums, its accuracies and rolling metrics their mean."""
+    from types import SimpleNamespace
+
+    from operators.metrics import SPOKE_METRICS, OperatorMetrics
+
+    class Group:  # Flink's metric group, as far as OperatorMetrics uses it
+        def add_group(self, *names):
+            return self
+
+        def counter(self, name):
+            return SimpleNamespace(inc=lambda n: None, dec=lambda n: None)
+
+        def meter(self, name):
+            return SimpleNamespace(mark_event=lambda n: None)
+
+    X, y = shuttle_head
+    net = network(create(PA, window=400, batch=16), 2)
+    stream(net, X[:1000], y[:1000])
+    kernels = [SimpleNamespace(nodes={0: spoke}, service=lambda i=i: {"dataRecords": 10 + i})
+               for i, spoke in enumerate(net.spokes)]
+    metrics = OperatorMetrics(SimpleNamespace(get_metrics_group=Group), SPOKE_METRICS)
+    metrics.refresh(kernels, force=True)
+    a, b = net.spokes
+    assert metrics.values[(0, "fitted")] == a.fitted + b.fitted > 900
+    assert metrics.values[("dataRecords",)] == 21
+    rates = [SPOKE_METRICS["prequentialAccuracyPpm"](s) for s in net.spokes]
+    assert metrics.values[(0, "prequentialAccuracyPpm")] == round(sum(rates) / 2)
+    rolling = [SPOKE_METRICS["rollingKappaPpm"](s) for s in net.spokes]
+    assert metrics.values[(0, "rollingKappaPpm")] == round(sum(rolling) / 2)
+    metrics.refresh(kernels[0], force=True)  # one kernel: its own values
+    assert metrics.values[(0, "fitted")] == a.fitted
+
+
 # -- log loss and ROC AUC from class probabilities (binary classifiers) ----------------------
 def record_probabilities(net: LocalNetwork) -> list[list]:
     """Per spoke, per record fitted, ``(label, p)``: ``p`` the probability of the positive

@@ -1,7 +1,8 @@
-"""The synchronization protocols on the Flink kernel: one job (2 spokes, 2 hubs) runs one
-pipeline per protocol over the same few thousand Shuttle records, through the real local
-broker and the Kafka feedback loop; sharded pipelines (hubParallelism 2) beside unsharded
-ones. Every record must be fitted or answered (a synchronous round left open by a spoke
+"""The synchronization protocols on the Flink kernel: one job (3 spokes dealt over 2 spoke
+subtasks, ``spoke_parallelism``: subtask 0 hosts spokes 0 and 2; 2 hubs) runs one pipeline
+per protocol over the same few thousand Shuttle records, through the real local broker and
+the Kafka feedback loop; sharded pipelines (hubParallelism 2) beside unsharded ones. Two
+spokes in one subtask learn, pause (BSP's rounds) and report each on its own. Every record must be fitted or answered (a synchronous round left open by a spoke
 whose records ran out would stop its forecasting records forever: the Queries close it),
 and each pipeline is waited for alone: a pipeline paused on its hubs (SSP's spoke ahead of
 one whose records ran out) never holds up another's records."""
@@ -39,7 +40,8 @@ def create(pid: int) -> dict:
 @pytest.fixture(scope="module")
 def finals(broker):
     X, y = shuttle()
-    cfg = local_config(broker.bootstrap_servers, topic_prefix="protocols-", spokes=2, hubs=2)
+    cfg = local_config(broker.bootstrap_servers, topic_prefix="protocols-", spokes=3,
+                       spoke_parallelism=2, hubs=2)
     with Session(cfg, "protocols") as s:
         for pid in PIPELINES:
             created = s.request(create(pid), timeout=120)
@@ -61,6 +63,9 @@ def test_every_protocol_fits_and_answers_every_record(finals):
         assert final["fitted"] == n_train and final["predicted"] == n_fore, PIPELINES[pid]
         assert final["rejected"] == 0
         assert final["prequentialAccuracy"] >= 0.95, (PIPELINES[pid], final["prequentialAccuracy"])
+        # spoke i on subtask i % 2, each with its own share of the stream
+        assert [(sp["spoke"], sp["subtask"]) for sp in final["spokes"]] == [(0, 0), (1, 1), (2, 0)]
+        assert all(sp["fitted"] > 0.2 * n_train for sp in final["spokes"]), final["fittedPerSpoke"]
 
 
 def test_every_protocol_synchronized_and_counted_its_traffic(finals):
@@ -93,7 +98,7 @@ def test_spokes_without_records_are_idle_after_the_stream_and_hold_nobody(finals
     out, n_train, n_fore = finals
     for pid in (0, 1):
         q = out["idle"][pid]
-        assert q["protocol"]["idleSpokes"] == [0, 1], (PIPELINES[pid], q["protocol"])
+        assert q["protocol"]["idleSpokes"] == [0, 1, 2], (PIPELINES[pid], q["protocol"])
         assert q["fitted"] == n_train and q["predicted"] == n_fore
         assert all(sp["held"] == 0 for sp in q["spokes"]), q["spokes"]
     assert out["idle"][0]["protocol"]["rounds"] == out[0]["protocol"]["rounds"] or \

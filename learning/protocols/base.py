@@ -730,7 +730,8 @@ class PipelineSpoke(Node):
         crossing = getattr(self.ctx, "crossing_ms", None)
         crossing = crossing() if crossing else None
         return {
-            "spoke": self.ctx.index, "fitted": self.fitted, "predicted": self.predicted,
+            "spoke": self.ctx.index, "subtask": getattr(self.ctx, "subtask", None),
+            "fitted": self.fitted, "predicted": self.predicted,
             "rejected": self.rejected, "rejectedBy": dict(self.rejected_by),
             "correct": self.correct, "loss": self.loss_sum,
             "batches": self.batches, "fitErrors": self.fit_errors, "lastError": self.last_error,
@@ -893,7 +894,8 @@ class PipelineHub(Node):
             "metrics": report(quality, window) if quality else None,
             "protocol": proto,
             "spokes": [{
-                "spoke": s["spoke"], "fitted": s["fitted"], "predicted": s["predicted"],
+                "spoke": s["spoke"], "subtask": s.get("subtask"),
+                "fitted": s["fitted"], "predicted": s["predicted"],
                 "rejected": s["rejected"], "rejectedBy": s.get("rejectedBy", {}),
                 "layoutHeld": s.get("layoutHeld", 0), "fitErrors": s["fitErrors"], "lastError": s["lastError"],
                 "held": s.get("held", 0), "heldBytes": s.get("heldBytes", 0),

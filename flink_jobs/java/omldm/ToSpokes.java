@@ -33,7 +33,7 @@ public class ToSpokes implements FlatMapFunction<byte[], Row> {
     private static final int SIBLING_MAGIC = 0xFC;
     private static final int ENVELOPE_MAGIC = 0xFF;
 
-    /** spokeKeys[i]: the key that lands on spoke subtask i. */
+    /** spokeKeys[i]: spoke i's key (its subtask: operators.routing.spoke_keys). */
     private final int[] spokeKeys;
 
     public ToSpokes(int[] spokeKeys) {
