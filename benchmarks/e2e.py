@@ -3,7 +3,7 @@ side by side in one run, printed as a table.
 
     .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--shardings random,stratified]
                                        [--feedback-waits 1,20] [--switch-intervals 0,100]
-                                       [--spoke-parallelisms 0,1]
+                                       [--spoke-parallelisms 0,auto]
                                        [--records 1000000]
                                        [--warmup 400000] [--jit-quiet 0.15] [--broker-per-row]
                                        [--json PATH]
@@ -35,7 +35,8 @@ Rows:
 * ``omldm``: one fresh job per (mode, records per message, batch delay, sharding, the
   ``psMessages`` source's fetch wait, in thread mode the interpreter's switch interval:
   ``--switch-intervals``, 0 for Python's own 5 ms, and the spokes' subtasks,
-  ``--spoke-parallelisms``, 0 for one per spoke) with the demo's
+  ``--spoke-parallelisms``, 0 for one per spoke, by default ``omldm serve``'s: 1 in thread
+  mode, one per spoke in process mode) with the demo's
   pipeline (``shuttle_create_request(0)``, 2 spokes). The clock starts just before the
   first record after the warm-up is produced (confluent-kafka, as fast as it goes) and
   stops once a Query (every 0.1 s) counts every record fitted and predicted *and* every
@@ -106,7 +107,7 @@ from kafka import KafkaConsumer, TopicPartition
 from river import linear_model, preprocessing
 
 from deploy.broker import LocalBroker
-from flink_jobs.config import JobConfig, Topics
+from flink_jobs.config import JobConfig, Topics, local_spoke_parallelism
 from flink_jobs.demo import _worst, shuttle_create_request
 from flink_jobs.kafka_io import create_topics
 from flink_jobs.session import Session, local_config
@@ -377,13 +378,14 @@ def fitted_by(sharding: str, spokes: int, msgs: list[tuple[str, bytes]], n_train
 def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
               sharding: str = "random", feedback_wait: int = JobConfig.feedback_fetch_max_wait_ms,
               switch_interval: int = JobConfig.switch_interval_ms,
-              spoke_parallelism: int = JobConfig.spoke_parallelism) -> dict:
+              spoke_parallelism: int | None = None) -> dict:
     """One fresh job: throughput of the whole stream, then latency on the same job."""
     cfg = local_config(servers, topic_prefix=next(_prefixes), spokes=args.spokes,
                        execution_mode=mode, max_batch_delay_ms=delay,
                        max_batch_records=args.max_batch_records, sharding=sharding,
                        feedback_fetch_max_wait_ms=feedback_wait,
-                       switch_interval_ms=switch_interval, spoke_parallelism=spoke_parallelism)
+                       switch_interval_ms=switch_interval,
+                       spoke_parallelism=local_spoke_parallelism(spoke_parallelism, mode))
     with Session(cfg, "omldm-e2e") as s:
         created = s.request(shuttle_create_request(0), timeout=120)
         if created.get("status") != "ok":
@@ -492,9 +494,15 @@ def _name(row: dict) -> str:
 
 
 def _subtasks_label(row: dict) -> str:
-    """The spokes' subtasks in a row's name, where fewer than the spokes."""
-    n = row.get("spoke_parallelism")
-    return f", {n} subtask{'s' if n != 1 else ''}" if n and n < row.get("spokes", n + 1) else ""
+    """The spokes' subtasks in a row's name, where not ``omldm serve``'s default for the
+    mode (:func:`flink_jobs.config.local_spoke_parallelism`)."""
+    n, spokes = row.get("spoke_parallelism"), row.get("spokes")
+    if n is None or spokes is None:
+        return ""
+    default = local_spoke_parallelism(None, row["mode"]) or spokes
+    if n == default:
+        return ""
+    return ", a subtask per spoke" if n == spokes else f", {n} subtask{'s' if n != 1 else ''}"
 
 
 def _switch_label(row: dict) -> str:
@@ -543,9 +551,10 @@ def main() -> None:
     ap.add_argument("--switch-intervals", default=str(JobConfig.switch_interval_ms),
                     help="switch_interval_ms values (thread mode: the Python interpreter's "
                          "switch interval in the JVM; 0: Python's own, 5 ms), comma-separated")
-    ap.add_argument("--spoke-parallelisms", default=str(JobConfig.spoke_parallelism),
+    ap.add_argument("--spoke-parallelisms", default="auto",
                     help="spoke_parallelism values (subtasks the spokes are dealt over; 0: one "
-                         "per spoke), comma-separated")
+                         "per spoke; auto: omldm serve's default, 1 in thread mode and 0 in "
+                         "process mode), comma-separated")
     ap.add_argument("--latency-rate", type=float, default=2000.0, help="records/s")
     ap.add_argument("--latency-seconds", type=float, default=3.0)
     ap.add_argument("--no-latency", action="store_true")
@@ -611,7 +620,8 @@ def main() -> None:
                             [int(v) for v in args.feedback_waits.split(",")],
                             [int(v) for v in args.switch_intervals.split(",")]
                             if mode == "thread" else [JobConfig.switch_interval_ms],
-                            [int(v) for v in args.spoke_parallelisms.split(",")]):
+                            [None if v == "auto" else int(v)
+                             for v in args.spoke_parallelisms.split(",")]):
                         with broker() as servers:
                             rows.append(omldm_row(servers, args, mode, k, delay, X, y,
                                                   sharding, wait, switch, width))

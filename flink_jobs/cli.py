@@ -44,7 +44,8 @@ from typing import Any
 import orjson
 
 from flink_jobs.config import (JobConfig, Topics, add_sharding_arguments, add_spoke_parallelism_argument,
-                               add_weights_arguments, sharding_settings, weights_settings)
+                               add_weights_arguments, local_spoke_parallelism, sharding_settings,
+                               weights_settings)
 from flink_jobs.config_file import apply_to_parser, job_settings, read_config_argument
 from flink_jobs.connection import KafkaConnection
 
@@ -124,7 +125,7 @@ def _serve(args: argparse.Namespace) -> int:
                        checkpoint_interval_ms=args.checkpoint_interval_ms,
                        exactly_once_outputs=args.exactly_once_outputs,
                        max_batch_delay_ms=args.max_batch_delay_ms,
-                       spoke_parallelism=args.spoke_parallelism,
+                       spoke_parallelism=local_spoke_parallelism(args.spoke_parallelism, args.mode),
                        prediction_scores=args.prediction_scores, **sharding_settings(args),
                        **job_settings(getattr(args, "config_settings", {}), args))
     cfg = dataclasses.replace(cfg, **weights_settings(args, cfg.topics))
@@ -135,7 +136,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"omldm serving: bootstrap servers {servers}", flush=True)
         print("topics: " + ", ".join(f"{k}={v}" for k, v in t.__dict__.items()), flush=True)
         print(f"job: {cfg.spokes} spokes"
-              + (f" on {cfg.spoke_subtasks} subtasks" if cfg.spoke_subtasks < cfg.spokes else "")
+              + (f" on {cfg.spoke_subtasks} subtask(s)" if cfg.spoke_subtasks < cfg.spokes else "")
               + f", {cfg.hubs} hub(s), {cfg.execution_mode} mode; "
               f"Ctrl-C or SIGTERM stops it", flush=True)
         pipelines: dict[int, dict] = {}
@@ -702,7 +703,7 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
 
     demo = command("demo", "run the Shuttle demo end to end on a local MiniCluster", _demo, False)
     demo.add_argument("--spokes", type=int, default=2, help="spoke parallelism (default 2)")
-    add_spoke_parallelism_argument(demo)
+    add_spoke_parallelism_argument(demo, local=True)
     demo.add_argument("--hubs", type=int, default=1, help="hub parallelism (default 1)")
     demo.add_argument("--mode", choices=("thread", "process"), default="thread",
                       help="PyFlink python.execution-mode (default thread)")
@@ -727,7 +728,7 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                        help="start the local broker first (loopback)")
     serve.add_argument("--port", type=int, default=None, help="embedded broker port (default: free)")
     serve.add_argument("--spokes", type=int, default=2, help="spoke parallelism")
-    add_spoke_parallelism_argument(serve)
+    add_spoke_parallelism_argument(serve, local=True)
     serve.add_argument("--hubs", type=int, default=1, help="hub parallelism")
     serve.add_argument("--mode", choices=("thread", "process"), default="thread",
                        help="PyFlink python.execution-mode (process for PyTorch and river "

@@ -10,7 +10,8 @@ from flink_jobs.connection import KafkaConnection
 from operators.sharding import SHARDINGS
 
 __all__ = ["Topics", "JobConfig", "add_sharding_arguments", "sharding_settings",
-           "add_weights_arguments", "weights_settings", "add_spoke_parallelism_argument"]
+           "add_weights_arguments", "weights_settings", "add_spoke_parallelism_argument",
+           "local_spoke_parallelism"]
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,16 @@ class JobConfig:
         Subtasks of the spoke operator, 1 to ``spokes``; the spokes are dealt round-robin
         over them (spoke i on subtask ``i % spoke_parallelism``), each subtask holding its
         spokes' kernels side by side in keyed state, so what a pipeline learns does not
-        change. 0 (the default): one subtask per spoke. In thread mode every spoke of one
-        TaskManager runs in that TaskManager's one interpreter anyway, and two spoke
-        threads take turns at it (docs/performance.md, "Several spokes in one subtask").
-        Keep it across a restore from a savepoint: the spokes' keys depend on it.
+        change; more learners than slots. 0 (the default): one subtask per spoke. In
+        thread mode every spoke of one TaskManager runs in that TaskManager's one
+        interpreter anyway: on a local MiniCluster (``omldm serve/demo``, thread mode, where
+        :func:`local_spoke_parallelism` makes it 1) one spoke thread taking the crossings
+        in turn was faster than a thread per spoke, with a shorter feedback round trip
+        (``benchmarks/e2e.py --spoke-parallelisms 0,1``, 1 record per message, 2 spokes:
+        120,789 and 135,499 records/s against 86,356 and 111,355, feedback 22.9 and 21.1
+        ms p50 against 37.9 and 33.9; docs/performance.md, "Several spokes in one
+        subtask"). Keep it across a restore from a savepoint: the spokes' keys depend on
+        it.
     hubs : int
         Parallelism of the hub operator (parameter-server shards), >= 1. A pipeline's
         ``hubParallelism`` may not exceed it.
@@ -313,12 +320,28 @@ class JobConfig:
                              f"got {self.startup_mode!r}")
 
 
-def add_spoke_parallelism_argument(p: argparse.ArgumentParser) -> None:
+def local_spoke_parallelism(value: int | None, execution_mode: str) -> int:
+    """:attr:`JobConfig.spoke_parallelism` of a job on a local MiniCluster (``omldm
+    serve/demo``, ``benchmarks/e2e.py``): ``value`` where given, else 1 in thread mode
+    (one TaskManager: its one interpreter runs every spoke, and one spoke thread taking
+    the crossings in turn was faster, with a shorter feedback round trip, than a thread
+    per spoke: docs/performance.md, "Several spokes in one subtask") and 0 (one subtask
+    per spoke) in process mode, where each subtask has its own Python worker."""
+    if value is not None:
+        return value
+    return 1 if execution_mode == "thread" else 0
+
+
+def add_spoke_parallelism_argument(p: argparse.ArgumentParser, local: bool = False) -> None:
     """``--spoke-parallelism`` (:attr:`JobConfig.spoke_parallelism`), for ``omldm
-    demo/serve`` and ``flink_run.py``."""
-    p.add_argument("--spoke-parallelism", type=int, default=JobConfig.spoke_parallelism,
-                   help="subtasks the spokes are dealt over, round-robin (1 to --spokes; "
-                        "default 0: one subtask per spoke)")
+    demo/serve`` (``local``: default None, resolved by :func:`local_spoke_parallelism`)
+    and ``flink_run.py`` (default 0)."""
+    p.add_argument("--spoke-parallelism", type=int,
+                   default=None if local else JobConfig.spoke_parallelism,
+                   help="subtasks the spokes are dealt over, round-robin (1 to --spokes; 0: "
+                        "one subtask per spoke; default "
+                        + ("1 in thread mode, where one interpreter runs every spoke, and 0 "
+                           "in process mode)" if local else "0)"))
 
 
 def add_sharding_arguments(p: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ import orjson
 from tqdm import tqdm
 
 from deploy.broker import LocalBroker
+from flink_jobs.config import local_spoke_parallelism
 from flink_jobs.session import Session, local_config
 from learning.datasets import shuttle
 
@@ -46,13 +47,14 @@ def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int
              records_per_message: int = 1, mini_batch_size: int = 32, mini_batches: int = 4,
              timeout: float = 300.0, progress: bool = True, topic_prefix: str = "",
              checkpoint_interval_ms: int = 0, exactly_once_outputs: bool = False,
-             max_batch_delay_ms: int | None = None, spoke_parallelism: int = 0,
+             max_batch_delay_ms: int | None = None, spoke_parallelism: int | None = None,
              out=sys.stdout, **sharding) -> dict[str, Any]:
     """Run the demo; returns the summary that the command prints as its last line.
     ``checkpoint_interval_ms`` > 0 turns checkpoints on (in memory on the MiniCluster);
     ``exactly_once_outputs`` (needs checkpoints) writes the outputs in transactions;
     ``max_batch_delay_ms`` (default: :class:`JobConfig`'s) batches records in Java;
-    ``spoke_parallelism`` (:class:`JobConfig`'s) deals the spokes over fewer subtasks;
+    ``spoke_parallelism`` (:class:`JobConfig`'s; None: :func:`~flink_jobs.config.
+    local_spoke_parallelism`'s, 1 in thread mode) deals the spokes over fewer subtasks;
     ``sharding`` takes :class:`JobConfig`'s ``sharding*`` fields.
 
     Raises
@@ -71,10 +73,13 @@ def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int
                            execution_mode=execution_mode,
                            checkpoint_interval_ms=checkpoint_interval_ms,
                            exactly_once_outputs=exactly_once_outputs,
-                           spoke_parallelism=spoke_parallelism,
+                           spoke_parallelism=local_spoke_parallelism(spoke_parallelism,
+                                                                     execution_mode),
                            **({} if max_batch_delay_ms is None
                               else {"max_batch_delay_ms": max_batch_delay_ms}), **sharding)
-        print(f"broker {servers}; job: {spokes} spokes, {hubs} hub(s), {execution_mode} mode"
+        print(f"broker {servers}; job: {spokes} spokes"
+              + (f" on {cfg.spoke_subtasks} subtask(s)" if cfg.spoke_subtasks < spokes else "")
+              + f", {hubs} hub(s), {execution_mode} mode"
               + (f", checkpoints every {checkpoint_interval_ms} ms" if checkpoint_interval_ms else ""),
               file=out, flush=True)
         with Session(cfg, "omldm-demo") as s:
@@ -133,7 +138,8 @@ def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int
                 "feedback_round_trip_ms_p50": _worst(final["spokes"], "roundTripMsP50"),
                 "feedback_round_trip_ms_p95": _worst(final["spokes"], "roundTripMsP95"),
                 "crossing_ms_p50": _worst(final["spokes"], "crossingMsP50"),
-                "spokes": spokes, "hubs": hubs, "execution_mode": execution_mode,
+                "spokes": spokes, "spoke_subtasks": cfg.spoke_subtasks, "hubs": hubs,
+                "execution_mode": execution_mode,
                 "streaming_seconds": t_done - t_stream,
             }
     finally:

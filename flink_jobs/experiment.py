@@ -471,6 +471,7 @@ def run_centralized(dataset: str, *, every: int = 5, limit: int | None = None,
 
 # -- Flink MiniCluster ------------------------------------------------------------------
 def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes: int = 4,
+              spoke_parallelism: int = 0,
               bootstrap_servers: str | None = None, every: int = 5, limit: int | None = None,
               timeout: float = 600.0, connection=None,
               on_row: Callable[[dict], None] | None = None,
@@ -497,6 +498,7 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
             extra_cfg = {"connection": connection} if connection is not None and \
                 bootstrap_servers else {}
             cfg = local_config(servers, topic_prefix=prefix, spokes=spokes, hubs=1,
+                               spoke_parallelism=spoke_parallelism,
                                execution_mode=EXECUTION_MODE.get(dataset, "thread"), **extra_cfg)
             request = create_request(dataset, protocol, variant, extra, n)
             with Session(cfg, f"experiment-{dataset}-{protocol}-{variant}") as s:

@@ -62,7 +62,8 @@ def serve(broker, tmp_path_factory):
                     f'[kafka]\nbootstrap_servers = "{broker.bootstrap_servers}"\n')
     s = _Serve(["--config", str(conf), "--progress-interval", "1"])
     try:
-        s.wait_for("job: 2 spokes, 1 hub(s)", timeout=120)
+        # thread mode on a local MiniCluster: the spokes share one subtask by default
+        s.wait_for("job: 2 spokes on 1 subtask(s), 1 hub(s)", timeout=120)
         time.sleep(5)  # the job's sources find their partitions
         yield s
     finally:
