@@ -244,10 +244,12 @@ def test_by_request_on_the_kernels():
 
 # -- the Flink kernel: spoke→spoke envelopes through psMessages ---------------------------------
 
-def test_replicas_exchange_updates_through_the_kafka_loop_in_flink(broker):
-    """A real job (2 spokes): spoke→spoke envelopes leave on the spokes' side output to
-    ``psMessages`` and come back routed by destination; every update reaches the other
-    replica exactly once and the replicas agree once the loop drains."""
+@pytest.mark.parametrize("width", [0, 1])
+def test_replicas_exchange_updates_through_the_kafka_loop_in_flink(broker, width):
+    """A real job (2 spokes, each in its own subtask or both in one: ``spoke_parallelism``
+    ``width``): spoke→spoke envelopes leave on the spokes' side output to ``psMessages``
+    and come back routed by destination; every update reaches the other replica exactly
+    once and the replicas agree once the loop drains."""
     import time
 
     from flink_jobs.session import Session, local_config
@@ -255,7 +257,8 @@ def test_replicas_exchange_updates_through_the_kafka_loop_in_flink(broker):
 
     X, y = shuttle()
     n = 2000
-    cfg = local_config(broker.bootstrap_servers, topic_prefix="tensair-", spokes=2, hubs=1)
+    cfg = local_config(broker.bootstrap_servers, topic_prefix=f"tensair{width}-", spokes=2,
+                       spoke_parallelism=width, hubs=1)
     req = {"id": 1, "request": "Create", "requestId": "t",
            "preProcessors": [{"name": "StandardScaler"}],
            "learner": {"name": "PA", "hyperParameters": {"C": 0.01, "mode": 1},
@@ -281,6 +284,7 @@ def test_replicas_exchange_updates_through_the_kafka_loop_in_flink(broker):
     # each replica: its own updates plus the other's, all of them
     assert [s["clock"] for s in final["spokes"]][0] == [s["clock"] for s in final["spokes"]][1]
     assert proto["spread"] < 1e-6  # preprocessors stay local; the parameters agree
+    assert [sp["subtask"] for sp in final["spokes"]] == ([0, 1] if width == 0 else [0, 0])
 
 
 @pytest.mark.parametrize("config, learner, expected", [
