@@ -140,7 +140,7 @@ class SpokeFunction(KeyedCoProcessFunction):
 
     def _kernel(self, ctx) -> SpokeKernel:
         """The kernel of the element's spoke key, made or restored from keyed state on its
-        first element; with one spoke per subtask the key is not asked for."""
+        first element; with one spoke per subtask the key is asked for once."""
         if self.key is None or self.shared:
             key = ctx.get_current_key()
             self.key = key if isinstance(key, int) else key[0]  # Row(k) from Java's keyBy

@@ -163,7 +163,7 @@ class SpokeContext:
 
 
 class SpokeKernel:
-    """One spoke subtask's whole state and logic, plain Python (picklable, no Flink).
+    """One spoke's whole state and logic, plain Python (picklable, no Flink).
 
     Parameters
     ----------
