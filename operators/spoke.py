@@ -134,6 +134,7 @@ class SpokeFunction(KeyedCoProcessFunction):
         # spoke key -> its kernel and the Snapshot handed to keyed state; with one spoke
         # per subtask a single entry
         self.kernels: dict[int, tuple[SpokeKernel, Snapshot]] = {}
+        self.hosted: list[SpokeKernel] = []  # the same kernels, for the metrics
         self.key: int | None = None  # the key of the last element's kernel
         self.tags = {HUBS: self.to_hubs_tag, "responses": self.responses_tag,
                      "deadLetters": self.dead_letters_tag, SPOKES: self.to_spokes_tag}
@@ -158,14 +159,14 @@ class SpokeFunction(KeyedCoProcessFunction):
                      len(kernel.nodes), kernel.restores)
         kernel.subtask = self.subtask
         self.kernels[self.key] = (kernel, Snapshot(kernel))
+        self.hosted.append(kernel)
         return kernel
 
     def _emit(self, kernel: SpokeKernel):
         if self.persist:
             self.state.update(self.kernels[self.key][1])
         if self.metrics is not None:
-            self.metrics.refresh(kernel if len(self.kernels) == 1
-                                 else [held[0] for held in self.kernels.values()])
+            self.metrics.refresh(kernel if len(self.hosted) == 1 else self.hosted)
         if kernel.out:
             out, kernel.out = kernel.out, []
             tags = self.tags
