@@ -101,7 +101,7 @@ import time
 
 import numpy as np
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Producer
+from confluent_kafka import OFFSET_END, Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, TopicPartition
 from river import linear_model, preprocessing
@@ -284,28 +284,25 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 
 class Arrivals(threading.Thread):
-    """Counts the messages on a topic from its end as it was when made (``from_end``, the
-    default; else from its beginning), without parsing them (librdkafka, a few µs each),
-    and notes when the count first reached ``expected`` (``time.perf_counter``, and
-    :func:`cpu_seconds` then).
+    """Counts the messages on a topic from its end as it was when made, without parsing
+    them (librdkafka, a few µs each), and notes when the count first reached ``expected``
+    (``time.perf_counter``, and :func:`cpu_seconds` then).
 
     From the end: the warm-up's predictions are all on the topic before the clock starts
     (the warm-up's Query waited for them); reading them again put this process's and the
     broker's work on omldm's clock (until 2026-11-28 it read from the beginning:
     docs/performance.md, "The spoke thread at 50 records per message, profiled")."""
 
-    def __init__(self, servers: str, topic: str, expected: int, from_end: bool = True) -> None:
+    def __init__(self, servers: str, topic: str, expected: int) -> None:
         super().__init__(daemon=True)
         self.consumer = Consumer({"bootstrap.servers": servers, "group.id": "e2e-arrivals",
                                   "enable.auto.commit": False, "fetch.wait.max.ms": 5})
-        self.topic, self.expected, self.count = topic, expected, 0
+        self.expected, self.count = expected, 0
         self.reached: tuple[float, dict] | None = None
         self.done = threading.Event()
         parts = self.consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        self.start_at = [
-            CTopicPartition(topic, p, self.consumer.get_watermark_offsets(
-                CTopicPartition(topic, p), timeout=10)[1] if from_end else OFFSET_BEGINNING)
-            for p in parts]
+        self.start_at = [CTopicPartition(topic, p, self.consumer.get_watermark_offsets(
+            CTopicPartition(topic, p), timeout=10)[1]) for p in parts]
         self.start()
 
     def run(self) -> None:
@@ -433,7 +430,7 @@ def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
         msgs, n_train, n_fore = messages(X, y, per_message, first_id=w_records)
         fitted = fitted_by(sharding, args.spokes, msgs, n_train)  # before the clock
         counted: list = []  # (time, CPU) at the first Query that counts every record
-        arrivals = Arrivals(servers, cfg.topics.predictions, n_fore, from_end=bool(w_records))
+        arrivals = Arrivals(servers, cfg.topics.predictions, n_fore)
 
         def on_query(q: dict) -> None:
             if not counted and (q.get("fitted"), q.get("predicted")) == (
