@@ -3,7 +3,7 @@ side by side in one run, printed as a table.
 
     .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--shardings random,stratified]
                                        [--feedback-waits 1,20] [--switch-intervals 0,100]
-                                       [--spoke-parallelisms 0,auto]
+                                       [--spoke-parallelisms 0,auto] [--prediction-arrays]
                                        [--records 1000000]
                                        [--warmup 400000] [--jit-quiet 0.15] [--broker-per-row]
                                        [--json PATH]
@@ -36,7 +36,8 @@ Rows:
   ``psMessages`` source's fetch wait, in thread mode the interpreter's switch interval:
   ``--switch-intervals``, 0 for Python's own 5 ms, and the spokes' subtasks,
   ``--spoke-parallelisms``, 0 for one per spoke, by default ``omldm serve``'s: 1 in thread
-  mode, one per spoke in process mode) with the demo's
+  mode, one per spoke in process mode; with ``--prediction-arrays`` every omldm row writes
+  its predictions as JSON arrays, ``JobConfig.prediction_arrays``) with the demo's
   pipeline (``shuttle_create_request(0)``, 2 spokes). The clock starts just before the
   first record after the warm-up is produced (confluent-kafka, as fast as it goes) and
   stops once a Query (every 0.1 s) counts every record fitted and predicted *and* every
@@ -241,9 +242,10 @@ def latency(servers: str, topics: Topics, X: np.ndarray, first_id: int, rate: fl
             m = reader.poll(0.05)
             if m is not None and not m.error():
                 now = time.time()
-                p = orjson.loads(m.value())
-                if p["pipeline"] == 0 and p["id"] >= first_id:
-                    arrived[p["id"]] = now
+                value = orjson.loads(m.value())
+                for p in value if isinstance(value, list) else (value,):  # arrays: one each
+                    if p["pipeline"] == 0 and p["id"] >= first_id:
+                        arrived[p["id"]] = now
 
     thread = threading.Thread(target=read, daemon=True)
     thread.start()
@@ -284,8 +286,9 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 
 class Arrivals(threading.Thread):
-    """Counts the messages on a topic from its end as it was when made, without parsing
-    them (librdkafka, a few µs each), and notes when the count first reached ``expected``
+    """Counts the predictions on a topic from its end as it was when made (librdkafka,
+    a few µs per message: one prediction each, unparsed, or a JSON array of them, parsed
+    for its length), and notes when the count first reached ``expected``
     (``time.perf_counter``, and :func:`cpu_seconds` then).
 
     From the end: the warm-up's predictions are all on the topic before the clock starts
@@ -309,7 +312,10 @@ class Arrivals(threading.Thread):
         c = self.consumer
         c.assign(self.start_at)
         while not self.done.is_set():
-            self.count += sum(not m.error() for m in c.consume(num_messages=10_000, timeout=0.05))
+            for m in c.consume(num_messages=10_000, timeout=0.05):
+                if not m.error():
+                    v = m.value()
+                    self.count += len(orjson.loads(v)) if v[:1] == b"[" else 1
             if self.reached is None and self.count >= self.expected:
                 self.reached = (time.perf_counter(), cpu_seconds())
         c.close()
@@ -392,7 +398,8 @@ def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
                        max_batch_records=args.max_batch_records, sharding=sharding,
                        feedback_fetch_max_wait_ms=feedback_wait,
                        switch_interval_ms=switch_interval,
-                       spoke_parallelism=local_spoke_parallelism(spoke_parallelism, mode))
+                       spoke_parallelism=local_spoke_parallelism(spoke_parallelism, mode),
+                       prediction_arrays=args.prediction_arrays)
     with Session(cfg, "omldm-e2e") as s:
         created = s.request(shuttle_create_request(0), timeout=120)
         if created.get("status") != "ok":
@@ -456,6 +463,7 @@ def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
                "per_message": per_message, "delay_ms": delay, "sharding": sharding,
                "feedback_wait_ms": feedback_wait, "switch_interval_ms": switch_interval,
                "spokes": args.spokes, "spoke_parallelism": cfg.spoke_subtasks,
+               "prediction_arrays": cfg.prediction_arrays,
                "records": len(y), "warmup": w_records,
                "warmup_seconds": warm_seconds, "warmup_jit": warm_jit,
                "seconds": elapsed, "produce_seconds": produced, "query_seconds": query_seconds,
@@ -497,7 +505,8 @@ def _name(row: dict) -> str:
             + ("" if row.get("feedback_wait_ms", JobConfig.feedback_fetch_max_wait_ms)
                == JobConfig.feedback_fetch_max_wait_ms
                else f", feedback wait {row['feedback_wait_ms']} ms")
-            + _switch_label(row) + _subtasks_label(row))
+            + _switch_label(row) + _subtasks_label(row)
+            + (", arrays" if row.get("prediction_arrays") else ""))
 
 
 def _subtasks_label(row: dict) -> str:
@@ -562,6 +571,9 @@ def main() -> None:
                     help="spoke_parallelism values (subtasks the spokes are dealt over; 0: one "
                          "per spoke; auto: omldm serve's default, 1 in thread mode and 0 in "
                          "process mode), comma-separated")
+    ap.add_argument("--prediction-arrays", action="store_true",
+                    help="omldm rows write their predictions as JSON arrays "
+                         "(JobConfig.prediction_arrays)")
     ap.add_argument("--latency-rate", type=float, default=2000.0, help="records/s")
     ap.add_argument("--latency-seconds", type=float, default=3.0)
     ap.add_argument("--no-latency", action="store_true")

@@ -99,8 +99,9 @@ def jvm_heap_after_gc() -> float | None:
 
 
 def count_per_pipeline(servers: str, topic: str) -> dict[int, int]:
-    """Records on ``topic`` (predictions or dead letters) per pipeline, read from the
-    beginning (confluent-kafka)."""
+    """Predictions or dead letters on ``topic`` per pipeline (an array of predictions,
+    ``JobConfig.prediction_arrays``, counts as its elements), read from the beginning
+    (confluent-kafka)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": servers, "group.id": "soak-count",
@@ -112,8 +113,9 @@ def count_per_pipeline(servers: str, topic: str) -> dict[int, int]:
         for m in c.consume(10_000, 0.2):
             if not m.error():
                 idle = time.monotonic()
-                p = orjson.loads(m.value())["pipeline"]
-                counts[p] = counts.get(p, 0) + 1
+                value = orjson.loads(m.value())  # a prediction, or an array of them
+                for rec in value if isinstance(value, list) else (value,):
+                    counts[rec["pipeline"]] = counts.get(rec["pipeline"], 0) + 1
     c.close()
     return counts
 

@@ -126,7 +126,8 @@ def _serve(args: argparse.Namespace) -> int:
                        exactly_once_outputs=args.exactly_once_outputs,
                        max_batch_delay_ms=args.max_batch_delay_ms,
                        spoke_parallelism=local_spoke_parallelism(args.spoke_parallelism, args.mode),
-                       prediction_scores=args.prediction_scores, **sharding_settings(args),
+                       prediction_scores=args.prediction_scores,
+                       prediction_arrays=args.prediction_arrays, **sharding_settings(args),
                        **job_settings(getattr(args, "config_settings", {}), args))
     cfg = dataclasses.replace(cfg, **weights_settings(args, cfg.topics))
     session = Session(cfg, "omldm-serve")
@@ -742,6 +743,10 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
     serve.add_argument("--prediction-scores", action="store_true",
                        help="each prediction also carries the class probabilities it was made "
                             "with, where the learner has them (MLP, CNN, Hoeffding trees)")
+    serve.add_argument("--prediction-arrays", action="store_true",
+                       help="each record on the predictions topic is a JSON array of "
+                            "predictions (a spoke's of one crossing) instead of one: fewer "
+                            "records for the job and the broker")
     exactly_once(serve)
     batching(serve)
     sharding(serve)

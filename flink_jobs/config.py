@@ -184,6 +184,13 @@ class JobConfig:
         probabilities it was made with) where the pipeline's learner has them (MLP, CNN,
         the Hoeffding trees); off by default (a second pass through the learner per
         forecasting record).
+    prediction_arrays : bool
+        Each Kafka record on the predictions topic is a JSON array of predictions (those
+        one spoke subtask made in one crossing, in order; a new array past 240,000
+        characters, :data:`operators.spoke.PREDICTION_ARRAY_CHARS`) instead of one
+        prediction: far fewer records for the job's Kafka writer and the broker
+        (docs/performance.md, "Predictions as arrays"). Off by default: one JSON object
+        per record.
     publish_weights : bool
         Hubs publish every pipeline's global model to the weights topic
         (``topics.weights``; :mod:`operators.weights`, papers/003 Fig. 1), where
@@ -252,6 +259,7 @@ class JobConfig:
     max_response_params: int = 10_000
     max_backlog_bytes: int = 64 << 20
     prediction_scores: bool = False
+    prediction_arrays: bool = False
     publish_weights: bool = True
     weights_every_ms: int = 1000
     checkpoint_interval_ms: int = 10_000

@@ -73,6 +73,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prediction-scores", action="store_true",
                    help="each prediction also carries the class probabilities it was made "
                         "with, where the learner has them (MLP, CNN, Hoeffding trees)")
+    p.add_argument("--prediction-arrays", action="store_true",
+                   help="each record on the predictions topic is a JSON array of predictions "
+                        "(a spoke's of one crossing) instead of one: fewer records for the job "
+                        "and the broker")
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
                    help="register omldm's Flink metrics (counters and gauges per pipeline)")
     return p
@@ -107,6 +111,7 @@ def config_from_args(args: argparse.Namespace, file_settings: dict | None = None
                      max_batch_delay_ms=args.max_batch_delay_ms,
                      max_batch_records=args.max_batch_records,
                      prediction_scores=args.prediction_scores,
+                     prediction_arrays=args.prediction_arrays,
                      **{**sharding_settings(args), **extra})
 
 

@@ -21,7 +21,8 @@ put in front). ``distribution-aware`` sharding adds one Python operator before t
 (:mod:`operators.shard`, parallelism 1, one crossing per batch). On the way back, with
 batching on, a spoke hands the predictions of one crossing to the JVM as one string
 (joined by newlines) and ``omldm.LineSplitter`` (Java) splits them into one Kafka record
-each; and ``omldm.ToSpokes`` (Java) routes requests and ``psMessages`` to spoke keys, so a
+each (with ``prediction_arrays`` the spoke hands over JSON arrays of them, one Kafka record
+each); and ``omldm.ToSpokes`` (Java) routes requests and ``psMessages`` to spoke keys, so a
 hub's answer crosses into Python only at its spoke (without batching the Python
 :class:`_ToSpokes` routes them).
 Spokes are keyed so that their whole state lives in Flink keyed state and survives
@@ -344,11 +345,13 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
                                      cfg.execution_mode, cfg.persist_state, cfg.metrics,
                                      to_spokes_tag, join_predictions=batched,
                                      switch_interval_ms=cfg.switch_interval_ms,
-                                     spoke_keys=spoke_keys, parallelism=cfg.spoke_subtasks),
+                                     spoke_keys=spoke_keys, parallelism=cfg.spoke_subtasks,
+                                     prediction_arrays=cfg.prediction_arrays),
                        output_type=Types.STRING())
               .name("spokes").uid("spokes").set_parallelism(cfg.spoke_subtasks))
     predictions = spokes
-    if batched:  # one string per crossing back, split in Java (omldm.LineSplitter)
+    if batched and not cfg.prediction_arrays:  # one string per crossing back, split in Java
+        # (omldm.LineSplitter); arrays of predictions go to Kafka as the spokes made them
         predictions = DataStream(spokes._j_data_stream.flatMap(
             gateway.jvm.omldm.LineSplitter(), Types.STRING().get_java_type_info())
             .name("split-predictions").uid("split-predictions").setParallelism(cfg.spoke_subtasks))

@@ -66,7 +66,9 @@ class TopicReader:
     """Follows every partition of one topic from the beginning (or from its end).
 
     ``poll()`` returns the values that arrived since the last call (bytes, or decoded
-    JSON with ``json=True``); ``count`` is the number of records observed so far.
+    JSON with ``json=True``; with ``arrays=True`` too, a record holding a JSON array gives
+    its elements, in order: a predictions topic written with ``JobConfig.prediction_arrays``);
+    ``count`` is the number of values returned so far.
     ``isolation_level="read_committed"`` reads only records of committed transactions
     (the outputs of a job with ``exactly_once_outputs``), each once its transaction
     commits; ``"read_uncommitted"`` (the default) reads everything as soon as it is written.
@@ -83,12 +85,13 @@ class TopicReader:
 
     def __init__(self, bootstrap_servers: str, topic: str, json: bool = True,
                  from_end: bool = False, isolation_level: str = "read_uncommitted",
-                 **client) -> None:
+                 arrays: bool = False, **client) -> None:
         if isolation_level not in self.ISOLATION_LEVELS:
             raise ValueError(f"isolation_level must be one of {self.ISOLATION_LEVELS}, "
                              f"got {isolation_level!r}")
         self.topic = topic
         self.json = json
+        self.arrays = json and arrays
         settings = {"enable_auto_commit": False, "fetch_max_wait_ms": 50,
                     "isolation_level": isolation_level, **client}  # a user's properties win
         self.isolation_level = settings["isolation_level"]
@@ -115,7 +118,14 @@ class TopicReader:
         out = []
         for recs in self._c.poll(timeout_ms=timeout_ms, max_records=100_000).values():
             for r in recs:
-                out.append(orjson.loads(r.value) if self.json else r.value)
+                if not self.json:
+                    out.append(r.value)
+                    continue
+                value = orjson.loads(r.value)
+                if self.arrays and isinstance(value, list):
+                    out.extend(value)
+                else:
+                    out.append(value)
         self.count += len(out)
         return out
 

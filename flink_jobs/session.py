@@ -80,17 +80,18 @@ class Session:
         create_topics(self.cfg.bootstrap_servers, t.all(), **conn.client_kwargs())
         self.producer = JsonProducer(self.cfg.bootstrap_servers, **conn.client_kwargs("producer"))
         self.responses = self._reader(t.responses)
-        self.predictions = self._reader(t.predictions)
+        self.predictions = self._reader(t.predictions, arrays=True)
         self.dead_letters = self._reader(t.dead_letters)
         self._pending: list[dict] = []
         return self
 
-    def _reader(self, topic: str) -> TopicReader:
+    def _reader(self, topic: str, arrays: bool = False) -> TopicReader:
         """A reader of one of the job's outputs: ``read_committed`` when they are written
-        in transactions (``cfg.exactly_once_outputs``)."""
+        in transactions (``cfg.exactly_once_outputs``); with ``arrays``, a JSON array read
+        counts as its elements (predictions under ``cfg.prediction_arrays``)."""
         return TopicReader(self.cfg.bootstrap_servers, topic,
                            isolation_level=("read_committed" if self.cfg.exactly_once_outputs
-                                            else "read_uncommitted"),
+                                            else "read_uncommitted"), arrays=arrays,
                            **self.cfg.connection.client_kwargs("consumer"))
 
     # -- requests ------------------------------------------------------------------------
@@ -296,8 +297,9 @@ class Session:
         """Every record of one of the job's outputs, read from its beginning by a fresh
         reader (as the live readers read: ``read_committed`` with exactly-once outputs)
         until it has been idle for 500 ms: the check on a live reader that may have been
-        positioned past records (:meth:`rescan_predictions`)."""
-        fresh = self._reader(topic)
+        positioned past records (:meth:`rescan_predictions`). Predictions come one by one,
+        arrays of them (``cfg.prediction_arrays``) unpacked."""
+        fresh = self._reader(topic, arrays=topic == self.cfg.topics.predictions)
         try:
             return list(fresh.drain(idle_ms=500))
         finally:

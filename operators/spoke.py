@@ -20,7 +20,8 @@ same topic) and JSON control requests, one copy per spoke key.
 
 Outputs: predictions (main output, JSON strings; with ``join_predictions`` the predictions
 of one element are joined by newlines into one string, one crossing back into Java instead
-of one per prediction, and ``omldm.LineSplitter`` splits them again), spoke→hub messages
+of one per prediction, and ``omldm.LineSplitter`` splits them again; with
+``prediction_arrays`` they leave as JSON arrays, :func:`json_arrays`), spoke→hub messages
 (side output ``(hub_key, bytes)``, keyed by hub id downstream), spoke→spoke messages (side
 output of sibling frame bytes, written to ``psMessages`` and routed back by destination
 spoke), responses and dead letters (JSON).
@@ -51,7 +52,30 @@ from operators.service import import_protocols
 from operators.snapshot import Snapshot
 from operators.spoke_kernel import HUBS, SPOKES, SpokeKernel
 
-__all__ = ["SpokeFunction"]
+__all__ = ["SpokeFunction", "json_arrays", "PREDICTION_ARRAY_CHARS"]
+
+#: The most characters of one JSON array of predictions (``JobConfig.prediction_arrays``):
+#: 240,000 characters are at most 960,000 bytes in UTF-8, under the Kafka producer's default
+#: ``max.request.size`` and the broker's ``message.max.bytes`` (1 MiB each).
+PREDICTION_ARRAY_CHARS = 240_000
+
+
+def json_arrays(values: list[str], limit: int = PREDICTION_ARRAY_CHARS):
+    """JSON texts as JSON array texts of them: ``['{"id":1}', '{"id":2}']`` →
+    ``'[{"id":1},{"id":2}]'``, in order, a new array wherever the next value would take
+    one past ``limit`` characters (one value longer than that goes in an array alone).
+    Yields nothing for no values."""
+    if sum(map(len, values)) + len(values) + 1 <= limit:  # the usual case: one array
+        if values:
+            yield "[" + ",".join(values) + "]"
+        return
+    start, size = 0, 1
+    for i, v in enumerate(values):
+        if i > start and size + len(v) + 1 > limit:
+            yield "[" + ",".join(values[start:i]) + "]"
+            start, size = i, 1
+        size += len(v) + 1
+    yield "[" + ",".join(values[start:]) + "]"
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +107,11 @@ class SpokeFunction(KeyedCoProcessFunction):
         Emit the predictions of one element as one string, joined by ``\n``, to be split
         in Java (``omldm.LineSplitter``): one crossing back per element instead of one per
         prediction. Off: one string per prediction.
+    prediction_arrays : bool
+        Emit the predictions of one element as JSON arrays of them (:func:`json_arrays`,
+        at most :data:`PREDICTION_ARRAY_CHARS` characters each), one Kafka record each on
+        the predictions topic (``JobConfig.prediction_arrays``); ``join_predictions`` is
+        then moot.
     switch_interval_ms : int
         Thread mode: set the interpreter's switch interval (``sys.setswitchinterval``,
         milliseconds) in ``open``; 0 leaves it (:attr:`flink_jobs.config.JobConfig.
@@ -100,7 +129,8 @@ class SpokeFunction(KeyedCoProcessFunction):
                  protocol_modules: tuple[str, ...] = (), execution_mode: str = "thread",
                  persist: bool = True, metrics: bool = True, to_spokes_tag=None,
                  join_predictions: bool = False, switch_interval_ms: int = 0,
-                 spoke_keys: list[int] | None = None, parallelism: int | None = None) -> None:
+                 spoke_keys: list[int] | None = None, parallelism: int | None = None,
+                 prediction_arrays: bool = False) -> None:
         self.n_spokes = n_spokes
         self.n_hubs = n_hubs
         self.hub_keys = hub_keys
@@ -114,6 +144,7 @@ class SpokeFunction(KeyedCoProcessFunction):
         self.persist = persist
         self.metrics_on = metrics
         self.join_predictions = join_predictions
+        self.prediction_arrays = prediction_arrays
         self.switch_interval_ms = switch_interval_ms
         self.spoke_keys = spoke_keys_of(n_spokes) if spoke_keys is None else list(spoke_keys)
         self.parallelism = n_spokes if parallelism is None else parallelism
@@ -170,7 +201,7 @@ class SpokeFunction(KeyedCoProcessFunction):
         if kernel.out:
             out, kernel.out = kernel.out, []
             tags = self.tags
-            predictions = [] if self.join_predictions else None
+            predictions = [] if self.join_predictions or self.prediction_arrays else None
             for stream, value in out:
                 if stream is None:
                     if predictions is None:
@@ -180,7 +211,10 @@ class SpokeFunction(KeyedCoProcessFunction):
                 elif tags[stream] is not None:
                     yield tags[stream], value
             if predictions:
-                yield "\n".join(predictions)
+                if self.prediction_arrays:
+                    yield from json_arrays(predictions)
+                else:
+                    yield "\n".join(predictions)
 
     def process_element1(self, value, ctx):
         kernel = self._kernel(ctx)

@@ -246,3 +246,59 @@ def test_a_push_leaves_in_the_middle_of_its_batch_and_the_rest_keeps_its_order()
     assert [(s, v) for s, v in stepped.out if s != "hubs"] == \
         [(s, v) for s, v in whole.out if s != "hubs"]
     assert stepped.nodes[0].fitted == whole.nodes[0].fitted == 160
+
+
+def test_json_arrays_keep_order_and_stay_under_their_limit():
+    from operators.spoke import PREDICTION_ARRAY_CHARS, json_arrays
+
+    values = [orjson.dumps({"id": i, "prediction": i % 3}).decode() for i in range(50)]
+    assert list(json_arrays([])) == []
+    assert list(json_arrays(values)) == ["[" + ",".join(values) + "]"]  # one, well under
+    for limit in (40, 100, 333):
+        arrays = list(json_arrays(values, limit))
+        assert [p["id"] for a in arrays for p in orjson.loads(a)] == list(range(50))
+        assert all(len(a) <= limit for a in arrays) and len(arrays) > 1
+    big = "[" + "1," * 100 + "1]"  # one value past the limit goes alone
+    assert list(json_arrays(["0", big, "2"], 50)) == ["[0]", f"[{big}]", "[2]"]
+    assert PREDICTION_ARRAY_CHARS * 4 < 1 << 20  # every array fits Kafka's default 1 MiB
+
+
+def test_prediction_arrays_is_a_flag_of_serve_and_flink_run():
+    from flink_jobs.cli import _parser
+
+    assert JobConfig("k:9092").prediction_arrays is False
+    assert _parser().parse_args(["serve", "--prediction-arrays"]).prediction_arrays is True
+    cfg = config_from_args(parser().parse_args(["--bootstrap-servers", "k:9092",
+                                                "--prediction-arrays"]))
+    assert cfg.prediction_arrays is True
+
+
+def test_predictions_leave_as_json_arrays_each_once_in_order(broker):
+    """``JobConfig.prediction_arrays`` on a real MiniCluster and broker: every record on the
+    predictions topic is a JSON array, together one prediction per forecasting record
+    (ids ascending per spoke, as written), far fewer records than predictions; the
+    Session's reader unpacks them."""
+    from flink_jobs.demo import shuttle_create_request
+    from flink_jobs.kafka_io import TopicReader
+    from flink_jobs.session import Session, local_config
+    from learning.datasets import shuttle
+
+    X, y = shuttle()
+    cfg = local_config(broker.bootstrap_servers, topic_prefix="arrays-", spokes=2,
+                       prediction_arrays=True)
+    with Session(cfg, "prediction-arrays") as s:
+        assert s.request(shuttle_create_request(0), timeout=120)["status"] == "ok"
+        held, n_train, n_fore = s.stream(X[:10_000], y[:10_000], records_per_message=50)
+        s.wait_until_counted(0, n_train, n_fore, timeout=180)
+        assert set(s.predictions_of(0)) == set(held)
+        raw = TopicReader(broker.bootstrap_servers, cfg.topics.predictions, json=False)
+        records = [orjson.loads(v) for v in raw.drain(idle_ms=500)]
+        raw.close()
+    assert records and all(isinstance(r, list) and r for r in records)
+    flat = [p for r in records for p in r]
+    assert len(flat) == n_fore == 2_000 and {p["id"] for p in flat} == set(held)
+    assert len(records) < n_fore / 4
+    by_spoke: dict[int, list[int]] = {}
+    for p in flat:
+        by_spoke.setdefault(p["spoke"], []).append(p["id"])
+    assert sorted(by_spoke) == [0, 1] and all(ids == sorted(ids) for ids in by_spoke.values())
