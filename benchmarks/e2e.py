@@ -538,7 +538,7 @@ def show(row: dict, peer_rate: float | None) -> None:
     name = _name(row)
     ratio = f"{row['records_per_second'] / peer_rate:.2f}" if peer_rate else "-"
     missing = row.get("latency_sent", 0) - row.get("latency_answered", 0)
-    print(f"{name:40s} {row['records_per_second']:10,.0f} {ratio:>6s} "
+    print(f"{name:48s} {row['records_per_second']:10,.0f} {ratio:>6s} "
           f"{row['prequential_accuracy']:11.4f} {pair('latency_ms'):>17s} "
           f"{pair('after_ack_ms'):>15s} {pair('feedback_ms'):>17s} "
           + (f"{row['records_per_crossing']:6.0f}  " + " ".join(
@@ -604,7 +604,7 @@ def main() -> None:
           + (f" (omldm: chunks of {args.warmup:,} until the JIT takes at most "
              f"{args.jit_quiet:.0%} of a core)" if args.jit_quiet and args.warmup else "")
           + f", {args.spokes} spokes; the peer's CRC-32C check: {_peer_crc()}")
-    print(f"{'configuration':40s} {'records/s':>10s} {'x peer':>6s} {'prequential':>11s} "
+    print(f"{'configuration':48s} {'records/s':>10s} {'x peer':>6s} {'prequential':>11s} "
           f"{'latency p50/p95':>17s} {'after ack':>15s} {'feedback p50/p95':>17s} "
           f"{'rec/x':>6s}  cpu: jvm (jit) workers broker driver", flush=True)
     shared = None if args.broker_per_row else LocalBroker().start()
@@ -656,7 +656,7 @@ def main() -> None:
     for row in rows:
         if row["row"] == "omldm":
             row["x_peer"] = row["records_per_second"] / peers[row["per_message"]]
-            print(f"{_name(row):40s} {row['records_per_second']:10,.0f} {row['x_peer']:6.2f}")
+            print(f"{_name(row):48s} {row['records_per_second']:10,.0f} {row['x_peer']:6.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
