@@ -110,7 +110,7 @@ from river import linear_model, preprocessing
 from deploy.broker import LocalBroker
 from flink_jobs.config import JobConfig, Topics, local_spoke_parallelism
 from flink_jobs.demo import _worst, shuttle_create_request
-from flink_jobs.kafka_io import create_topics
+from flink_jobs.kafka_io import create_topics, predictions_in
 from flink_jobs.session import Session, local_config
 from learning.datasets import shuttle
 from operators.sharding import make_sharder
@@ -242,8 +242,7 @@ def latency(servers: str, topics: Topics, X: np.ndarray, first_id: int, rate: fl
             m = reader.poll(0.05)
             if m is not None and not m.error():
                 now = time.time()
-                value = orjson.loads(m.value())
-                for p in value if isinstance(value, list) else (value,):  # arrays: one each
+                for p in predictions_in(orjson.loads(m.value())):
                     if p["pipeline"] == 0 and p["id"] >= first_id:
                         arrived[p["id"]] = now
 

@@ -40,6 +40,7 @@ import orjson
 
 from deploy.broker import LocalBroker
 from flink_jobs.demo import shuttle_create_request
+from flink_jobs.kafka_io import predictions_in
 from flink_jobs.session import Session, local_config
 from learning.datasets import shuttle
 
@@ -113,8 +114,7 @@ def count_per_pipeline(servers: str, topic: str) -> dict[int, int]:
         for m in c.consume(10_000, 0.2):
             if not m.error():
                 idle = time.monotonic()
-                value = orjson.loads(m.value())  # a prediction, or an array of them
-                for rec in value if isinstance(value, list) else (value,):
+                for rec in predictions_in(orjson.loads(m.value())):
                     counts[rec["pipeline"]] = counts.get(rec["pipeline"], 0) + 1
     c.close()
     return counts

@@ -16,7 +16,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-__all__ = ["create_topics", "JsonProducer", "TopicReader"]
+__all__ = ["create_topics", "JsonProducer", "TopicReader", "predictions_in"]
 
 
 def create_topics(bootstrap_servers: str, topics: list[str], partitions: int = 1, **client) -> None:
@@ -60,6 +60,12 @@ class JsonProducer:
     def close(self) -> None:
         self._p.flush()
         self._p.close()
+
+
+def predictions_in(value: Any) -> list | tuple:
+    """The predictions one decoded record of the predictions topic holds: a JSON array's
+    elements (written with ``JobConfig.prediction_arrays``), or the record's one prediction."""
+    return value if isinstance(value, list) else (value,)
 
 
 class TopicReader:
@@ -122,8 +128,8 @@ class TopicReader:
                     out.append(r.value)
                     continue
                 value = orjson.loads(r.value)
-                if self.arrays and isinstance(value, list):
-                    out.extend(value)
+                if self.arrays:
+                    out.extend(predictions_in(value))
                 else:
                     out.append(value)
         self.count += len(out)

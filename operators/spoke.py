@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
 
 from pyflink.common import Types
 from pyflink.datastream import KeyedCoProcessFunction
@@ -60,7 +61,7 @@ __all__ = ["SpokeFunction", "json_arrays", "PREDICTION_ARRAY_CHARS"]
 PREDICTION_ARRAY_CHARS = 240_000
 
 
-def json_arrays(values: list[str], limit: int = PREDICTION_ARRAY_CHARS):
+def json_arrays(values: list[str], limit: int = PREDICTION_ARRAY_CHARS) -> Iterator[str]:
     """JSON texts as JSON array texts of them: ``['{"id":1}', '{"id":2}']`` →
     ``'[{"id":1},{"id":2}]'``, in order, a new array wherever the next value would take
     one past ``limit`` characters (one value longer than that goes in an array alone).
