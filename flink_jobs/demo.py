@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
-from deploy.broker import LocalBroker
+from deploy.broker import LocalBroker, embedded_engine
 from flink_jobs.config import local_spoke_parallelism
 from flink_jobs.session import Session, local_config
 from learning.datasets import shuttle
@@ -66,7 +66,8 @@ def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int
     X, y = shuttle()
     if limit:
         X, y = X[:limit], y[:limit]
-    broker = None if bootstrap_servers else LocalBroker().start()
+    broker = None if bootstrap_servers else \
+        LocalBroker(engine=embedded_engine(exactly_once_outputs)).start()
     servers = bootstrap_servers or broker.bootstrap_servers
     try:
         cfg = local_config(servers, topic_prefix=topic_prefix, spokes=spokes, hubs=hubs,

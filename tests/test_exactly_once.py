@@ -1,19 +1,13 @@
 """Exactly-once outputs (``JobConfig.exactly_once_outputs``): which sinks are transactional,
-the job refusing the option without checkpoints, and, on the real broker and a real Flink
+the job refusing the option without checkpoints, and, on a real broker and a real Flink
 MiniCluster, every output arriving once for a ``read_committed`` reader and only after the
 checkpoint that follows it.
 
-No restore here: the local broker (tansu) leaves the records of aborted transactions
-visible to ``read_committed`` readers, so a kill test cannot show "no duplicates" on it
-(docs/operations.md, "Exactly-once outputs").
-
-The local broker also, in about one run in three, withholds committed records from
-``read_committed`` readers for minutes while every checkpoint (and so every commit)
-completes: a fresh ``read_uncommitted`` reader finds all the predictions, a fresh
-``read_committed`` one only those before some offset. Measured in the session of
-2026-11-24: 80, 119 and 159 of 200 predictions visible after 90 s, 181 of 200 after 120 s,
-and the Flink log showing a completed checkpoint every 2 s throughout. The test then
-is marked xfail with that diagnosis (:func:`_broker_withholds`); every other shortfall fails.
+The jobs here run on the embedded ``noida`` broker (deploy/broker.py), whose
+``read_committed`` readers skip aborted transactions. The default one, tansu, shows them
+the records of aborted transactions, and in about one run in three withheld committed
+records from them for minutes (docs/operations.md, "Exactly-once outputs"). No restore
+here: the kill test of the guarantee is ``tests/test_faults.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +18,7 @@ import time
 import numpy as np
 import pytest
 
+from deploy.broker import LocalBroker, embedded_engine
 from flink_jobs.demo import shuttle_create_request
 from flink_jobs.job import TRANSACTION_TIMEOUT_MS, build_job, create_environment
 from flink_jobs.kafka_io import TopicReader
@@ -89,23 +84,6 @@ def _create(pipeline: int = 0) -> dict:
     return req
 
 
-def _broker_withholds(cfg, ids: set) -> str | None:
-    """The local broker's known fault, diagnosed: every one of ``ids`` is on the predictions
-    topic for a fresh ``read_uncommitted`` reader but not for a fresh ``read_committed``
-    one. Returns the diagnosis, or None when that is not what happened."""
-    seen = {}
-    for level in TopicReader.ISOLATION_LEVELS:
-        reader = TopicReader(cfg.bootstrap_servers, cfg.topics.predictions, isolation_level=level)
-        try:
-            seen[level] = {p["id"] for p in reader.drain(idle_ms=2000)} & ids
-        finally:
-            reader.close()
-    if len(seen["read_uncommitted"]) == len(ids) > len(seen["read_committed"]):
-        return (f"the local broker withholds committed records: {len(ids)} predictions written, "
-                f"{len(seen['read_committed'])} visible to a read_committed reader")
-    return None
-
-
 def _latencies_ms(s: Session, X: np.ndarray, first_id: int, n: int = 200,
                   pace_s: float = 0.05, timeout: float = 90.0) -> np.ndarray:
     """Write ``n`` forecasting records one every ``pace_s`` seconds; for each, the delay
@@ -127,16 +105,13 @@ def _latencies_ms(s: Session, X: np.ndarray, first_id: int, n: int = 200,
             if p["id"] in sent and p["id"] not in seen:
                 seen[p["id"]] = time.monotonic()
         if time.monotonic() > deadline:
-            if s.cfg.exactly_once_outputs and (why := _broker_withholds(s.cfg, set(sent))):
-                pytest.xfail(why)
             raise TimeoutError(f"{len(seen)} of {n} predictions within {timeout} s")
     return np.array([(seen[i] - sent[i]) * 1000 for i in sent])
 
 
 def _read_all(cfg, topic: str, done, timeout: float = 60.0) -> list:
     """What a fresh ``read_committed`` reader finds on ``topic``: read until ``done(values)``
-    holds (the local broker sometimes holds committed records back for several checkpoint
-    intervals), then until a read stays empty for 1 s.
+    holds, then until a read stays empty for 1 s.
 
     Raises
     ------
@@ -168,12 +143,7 @@ def _run(broker, exactly_once: bool, X: np.ndarray, y: np.ndarray) -> np.ndarray
         held, n_train, n_fore = s.stream(X[:1000], y[:1000])  # warm up, and counted below
         s.producer.send(cfg.topics.training, b"{not json")
         s.producer.flush()
-        try:
-            s.wait_until_counted(0, n_train, n_fore, timeout=120)
-        except TimeoutError:
-            if exactly_once and (why := _broker_withholds(cfg, set(held))):
-                pytest.xfail(why)
-            raise
+        s.wait_until_counted(0, n_train, n_fore, timeout=120)
         lat = _latencies_ms(s, X[1000:], first_id=100_000)
         final = s.query(0)
         assert final["status"] == "ok" and final["predicted"] == n_fore + len(lat)
@@ -198,7 +168,22 @@ def _run(broker, exactly_once: bool, X: np.ndarray, y: np.ndarray) -> np.ndarray
     return lat
 
 
-def test_outputs_arrive_once_and_only_after_the_next_checkpoint(broker):
+@pytest.fixture(scope="module")
+def noida():
+    """The module's own broker: ``noida``, whose ``read_committed`` readers skip aborted
+    transactions."""
+    with LocalBroker(engine="noida") as b:
+        yield b
+
+
+def test_the_embedded_broker_of_a_job_with_exactly_once_outputs_is_noida():
+    assert embedded_engine(True) == "noida" and embedded_engine(False) == "tansu"
+    with pytest.raises(ValueError, match="engine must be one of tansu, noida"):
+        LocalBroker(engine="kafka")
+
+
+def test_outputs_arrive_once_and_only_after_the_next_checkpoint(noida):
+    broker = noida
     X, y = shuttle()
     X, y = X[:1200], y[:1200]
     on = _run(broker, True, X, y)
