@@ -591,7 +591,8 @@ def main() -> None:
                     help="a fresh local broker for every row (default: one for the whole run, "
                          "which keeps every row's topics in memory)")
     ap.add_argument("--broker", choices=ENGINES, default="tansu",
-                    help="the embedded broker every row runs against (deploy/broker.py)")
+                    help="the embedded broker every row runs against (deploy/broker.py; "
+                         "noida saves its whole state as it changes: short runs only)")
     ap.add_argument("--json", metavar="PATH", help="write all rows as a JSON array")
     args = ap.parse_args()
     n = 49_097 if args.quick else args.records

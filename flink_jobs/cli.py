@@ -43,6 +43,7 @@ from typing import Any
 
 import orjson
 
+from deploy.broker import ENGINES as BROKER_ENGINES
 from flink_jobs.config import (JobConfig, Topics, add_sharding_arguments, add_spoke_parallelism_argument,
                                add_weights_arguments, local_spoke_parallelism, sharding_settings,
                                weights_settings)
@@ -110,8 +111,12 @@ def _serve(args: argparse.Namespace) -> int:
     conn = KafkaConnection.from_args(args)
     broker = None
     if args.embedded_broker:
-        broker = LocalBroker(port=args.port,
-                             engine=embedded_engine(args.exactly_once_outputs)).start()
+        engine = (embedded_engine(args.exactly_once_outputs) if args.embedded_broker == "auto"
+                  else args.embedded_broker)
+        if engine == "tansu" and args.exactly_once_outputs:
+            print("warning: on tansu, read_committed readers also see the records of aborted "
+                  "transactions (docs/operations.md, 'Exactly-once outputs')", file=sys.stderr)
+        broker = LocalBroker(port=args.port, engine=engine).start()
         conn = dataclasses.replace(conn, bootstrap_servers=broker.bootstrap_servers)
     servers = _need_servers(conn)
 
@@ -728,10 +733,13 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
     sharding(demo)
 
     serve = command("serve", "run the job as a service on a local MiniCluster", _serve)
-    serve.add_argument("--embedded-broker", action="store_true",
-                       help="start the local broker first (loopback; tansu, or noida with "
-                            "--exactly-once-outputs, whose read_committed readers skip "
-                            "aborted transactions)")
+    serve.add_argument("--embedded-broker", nargs="?", const="auto",
+                       choices=("auto", *BROKER_ENGINES), metavar="ENGINE",
+                       help="start an embedded broker first (loopback): tansu, or noida, "
+                            "whose read_committed readers skip aborted transactions (it saves "
+                            "its whole state to disk as it changes: for tests and demos, not "
+                            "volume); without ENGINE (auto) noida with --exactly-once-outputs, "
+                            "else tansu")
     serve.add_argument("--port", type=int, default=None, help="embedded broker port (default: free)")
     serve.add_argument("--spokes", type=int, default=2, help="spoke parallelism")
     add_spoke_parallelism_argument(serve, local=True)

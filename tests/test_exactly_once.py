@@ -177,9 +177,18 @@ def noida():
 
 
 def test_the_embedded_broker_of_a_job_with_exactly_once_outputs_is_noida():
+    from flink_jobs.cli import _parser
+
     assert embedded_engine(True) == "noida" and embedded_engine(False) == "tansu"
     with pytest.raises(ValueError, match="engine must be one of tansu, noida"):
         LocalBroker(engine="kafka")
+    # omldm serve --embedded-broker [ENGINE]: none, auto (the flag alone), or named
+    parse = _parser().parse_args
+    assert parse(["serve"]).embedded_broker is None
+    assert parse(["serve", "--embedded-broker"]).embedded_broker == "auto"
+    assert parse(["serve", "--embedded-broker", "noida"]).embedded_broker == "noida"
+    with pytest.raises(SystemExit):
+        parse(["serve", "--embedded-broker", "kafka"])
 
 
 def test_outputs_arrive_once_and_only_after_the_next_checkpoint(noida):

@@ -18,13 +18,17 @@ at once, the rest at about 1,000 records/s, and while the job works through the 
    stops — a dedicated broker, not the shared one of the test session;
 4. the job is cancelled and resubmitted with ``-s`` from its last retained checkpoint
    (``execution.checkpointing.externalized-checkpoint-retention: RETAIN_ON_CANCELLATION``),
-   while the feeder keeps writing.
+   while the feeder keeps writing;
+5. with ``--exactly-once-outputs``, on a dedicated ``noida`` broker (its ``read_committed``
+   readers skip aborted transactions; tansu's do not), the TaskManager of the spokes is
+   killed: no prediction twice for a ``read_committed`` reader.
 
 For each: records lost (training records never fitted, forecasting records never
 answered) and records fitted twice must be 0 — the Query's ``fitted`` equals the training
 records written, exactly, once the stream ended. Predictions are at-least-once on their
 topic: ids answered more than once are counted (a fresh reader of the whole topic) and
-printed, not asserted. Seconds to recover: from the fault (for the freeze, from the thaw)
+printed, not asserted, except in 5, where the reader is ``read_committed`` and there must be
+none. Seconds to recover: from the fault (for the freeze, from the thaw)
 until the job is RUNNING with every task and a Query sent then is answered. The table of
 the module's rows is printed at its end and kept in docs/operations.md.
 """
