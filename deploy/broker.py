@@ -17,7 +17,8 @@ TaskManager kill, ``tests/test_faults.py``). The tests of exactly-once outputs r
 It keeps its data in memory and saves all of it to one JSON file in a data folder as it
 changes (here a temporary folder, removed on :meth:`LocalBroker.stop`), so it is for tests
 and demos, not volume: ``benchmarks/e2e.py --broker noida`` at 2,000,000 records had the
-broker at a full core rewriting a 542 MB file (docs/operations.md, "Exactly-once outputs").
+broker at a full core, most of it in the kernel, beside a 542 MB file (docs/operations.md,
+"Exactly-once outputs").
 """
 
 from __future__ import annotations
@@ -110,8 +111,9 @@ class LocalBroker:
 
     def _command(self) -> list[str]:
         if self.engine == "noida":
+            binary = str(_noida())
             self._data_dir = tempfile.mkdtemp(prefix="noida-")
-            return [str(_noida()), "start", "--data-dir", self._data_dir, "--host", "127.0.0.1",
+            return [binary, "start", "--data-dir", self._data_dir, "--host", "127.0.0.1",
                     "--only", "kafka", "--kafka-port", str(self.port)]
         url = f"tcp://127.0.0.1:{self.port}"
         return [str(_tansu()), "broker", "--listener-url", url, "--advertised-listener-url", url,
