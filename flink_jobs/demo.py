@@ -78,7 +78,8 @@ def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int
                                                                      execution_mode),
                            **({} if max_batch_delay_ms is None
                               else {"max_batch_delay_ms": max_batch_delay_ms}), **sharding)
-        print(f"broker {servers}; job: {spokes} spokes"
+        print(f"broker {servers}" + (f" (embedded: {broker.engine})" if broker else "")
+              + f"; job: {spokes} spokes"
               + (f" on {cfg.spoke_subtasks} subtask(s)" if cfg.spoke_subtasks < spokes else "")
               + f", {hubs} hub(s), {execution_mode} mode"
               + (f", checkpoints every {checkpoint_interval_ms} ms" if checkpoint_interval_ms else ""),
