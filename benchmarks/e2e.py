@@ -9,9 +9,9 @@ side by side in one run, printed as a table.
                                        [--broker tansu|noida]
                                        [--json PATH]
 
-One local broker (tansu; ``--broker noida`` for the other embedded one, deploy/broker.py)
-serves the whole run, every row on fresh topics (it keeps them all
-in memory: 1.4 GB midway through a default sweep); ``--broker-per-row`` starts a fresh
+One local broker (tansu; ``--broker noida`` for the other embedded one, deploy/broker.py,
+short runs only) serves the whole run, every row on fresh topics (it keeps them all in
+memory: 1.4 GB midway through a default sweep); ``--broker-per-row`` starts a fresh
 broker for every row instead. Either way its acknowledgements of the paced latency records
 fall behind by a second or more after a long row (docs/performance.md). The stream is
 Shuttle repeated to ``--records`` records, each the JSON ``{"id", "features", "label"}``
