@@ -366,23 +366,63 @@ def test_cancel_and_resume_from_the_retained_checkpoint(cluster, broker, scenari
     assert row["final"]["service"]["restores"] >= 1
 
 
+def _open_transaction_holds(sc: Scenario, least: int = 20, timeout: float = 60.0) -> int:
+    """Wait until at least ``least`` predictions of pipeline 0 are on the topic for a
+    ``read_uncommitted`` reader and not (yet) for a ``read_committed`` one: written in the
+    transaction still open, which the kill that follows must abort. Returns their number.
+
+    Raises
+    ------
+    AssertionError
+        When that does not happen within ``timeout`` seconds.
+    """
+    readers = {level: TopicReader(sc.cfg.bootstrap_servers, sc.cfg.topics.predictions,
+                                  isolation_level=level)
+               for level in ("read_uncommitted", "read_committed")}
+    seen: dict[str, set] = {level: set() for level in readers}
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            for level, reader in readers.items():
+                seen[level].update(p["id"] for p in reader.poll(50) if p["pipeline"] == 0)
+            pending = len(seen["read_uncommitted"] - seen["read_committed"])
+            if pending >= least:
+                return pending
+    finally:
+        for reader in readers.values():
+            reader.close()
+    raise AssertionError(f"no open transaction with {least} predictions within {timeout} s "
+                         f"({len(seen['read_uncommitted'])} ids uncommitted, "
+                         f"{len(seen['read_committed'])} committed)")
+
+
 def test_exactly_once_outputs_through_a_taskmanager_kill(cluster, scenario):
     """``--exactly-once-outputs``: the TaskManager that runs the spokes (which write the
-    predictions) is killed while they work through the burst; a ``read_committed`` reader
-    of the whole predictions topic finds every forecasting record answered exactly once.
-    On its own broker, ``noida`` (deploy/broker.py): the default one, tansu, shows
-    ``read_committed`` readers the records of aborted transactions. A ``read_uncommitted``
-    reader of the same topic shows what the failed attempt wrote after its last checkpoint:
-    the duplicates the transactions keep from committed readers."""
+    predictions) is killed while they work through the burst, as soon as the transaction
+    still open holds at least 20 predictions (checkpoints every 5 s, so it is not committed
+    in the moment between); a ``read_committed`` reader of the whole predictions topic then
+    finds every forecasting record answered exactly once: the restored job wrote those
+    predictions again, and the aborted transaction kept the first copies out. On its own
+    broker, ``noida`` (deploy/broker.py): the default one, tansu, shows ``read_committed``
+    readers the records of aborted transactions.
+
+    What a ``read_uncommitted`` reader finds is printed, not asserted: noida does not always
+    keep an aborted transaction's records for it (two runs of 2026-11-28: 633 predictions in
+    the open transaction at the kill and then no id twice for either reader; 582 and then
+    582 ids twice for ``read_uncommitted``). Waiting for the open transaction is what makes
+    the test strike one: in a fresh-clone CI run that killed 1 s after the burst without
+    waiting, the kill fell where nothing was pending."""
     with LocalBroker(engine="noida") as own:
-        sc = scenario(own, "eo", exactly_once=True)
+        sc = scenario(own, "eo", exactly_once=True, interval_ms=5000)
         spoke_tms = cluster.taskmanager_pids_of_job(sc.job, vertex="spokes")
         sc.feed()
+        pending = _open_transaction_holds(sc)
+        seen_ms = time.time() * 1000.0
         t0 = time.monotonic()
         cluster.kill_taskmanager(spoke_tms[0], with_workers=True)
+        killed_ms = time.time() * 1000.0
         sc.recovered(t0)
         cluster.start_taskmanager()  # the replacement
-        # before finish() cancels the job: its open transaction would be aborted then
         uncommitted = None
 
         def settle(final: dict) -> dict:
@@ -392,13 +432,20 @@ def test_exactly_once_outputs_through_a_taskmanager_kill(cluster, scenario):
                 sc.job, min_completed=sc.cluster.checkpoints(sc.job)["counts"]["completed"] + 1,
                 timeout=60)
             uncommitted = sc.predictions_on_topic("read_uncommitted")
+            sc.last_history = sc.cluster.checkpoints(sc.job).get("history", [])
             return final
         row = sc.finish("TaskManager of the spokes killed, exactly-once outputs (noida)",
                         settle=settle)
         extra = sum(n - 1 for n in uncommitted.values() if n > 1)
-        print(f"exactly-once: {row['dups']} ids twice for read_committed; {extra} ids more than "
-              f"once for read_uncommitted (aborted transactions) in {len(uncommitted):,} ids")
+        # a checkpoint that completed between the sight of the open transaction and the
+        # kill would have committed it (a chance of about 1 in 100 at 5 s)
+        between = [c["latest_ack_timestamp"] for c in sc.last_history
+                   if c.get("status") == "COMPLETED" and not c.get("is_savepoint")
+                   and seen_ms <= c["latest_ack_timestamp"] <= killed_ms]
+        print(f"exactly-once: killed with {pending} predictions in the open transaction "
+              f"({len(between)} checkpoints completed in between); {row['dups']} ids twice for "
+              f"read_committed; {extra} ids more than once for read_uncommitted in "
+              f"{len(uncommitted):,} ids")
         sc.check(row)
         assert row["failovers"] >= 1
-        assert row["dups"] == 0
-        assert extra > 0  # the kill did make the job write some predictions again
+        assert row["dups"] == 0  # and check(): every id there (lost == 0)
