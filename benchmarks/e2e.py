@@ -3,6 +3,7 @@ side by side in one run, printed as a table.
 
     .venv/bin/python benchmarks/e2e.py [--quick] [--delays 0,5] [--shardings random,stratified]
                                        [--feedback-waits 1,20] [--switch-intervals 0,100]
+                                       [--buffer-timeouts 1,0]
                                        [--spoke-parallelisms 0,auto] [--prediction-arrays]
                                        [--records 1000000]
                                        [--warmup 400000] [--jit-quiet 0.15] [--broker-per-row]
@@ -36,7 +37,8 @@ Rows:
   17,590 records/s in one run; 15,307 in another and 19,202 alone twenty minutes later).
 * ``omldm``: one fresh job per (mode, records per message, batch delay, sharding, the
   ``psMessages`` source's fetch wait, in thread mode the interpreter's switch interval:
-  ``--switch-intervals``, 0 for Python's own 5 ms, and the spokes' subtasks,
+  ``--switch-intervals``, 0 for Python's own 5 ms, Flink's network buffer timeout:
+  ``--buffer-timeouts``, ``JobConfig.buffer_timeout_ms``, and the spokes' subtasks,
   ``--spoke-parallelisms``, 0 for one per spoke, by default ``omldm serve``'s: 1 in thread
   mode, one per spoke in process mode; with ``--prediction-arrays`` every omldm row writes
   its predictions as JSON arrays, ``JobConfig.prediction_arrays``) with the demo's
@@ -392,13 +394,14 @@ def fitted_by(sharding: str, spokes: int, msgs: list[tuple[str, bytes]], n_train
 def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
               sharding: str = "random", feedback_wait: int = JobConfig.feedback_fetch_max_wait_ms,
               switch_interval: int = JobConfig.switch_interval_ms,
-              spoke_parallelism: int | None = None) -> dict:
+              spoke_parallelism: int | None = None,
+              buffer_timeout: int = JobConfig.buffer_timeout_ms) -> dict:
     """One fresh job: throughput of the whole stream, then latency on the same job."""
     cfg = local_config(servers, topic_prefix=next(_prefixes), spokes=args.spokes,
                        execution_mode=mode, max_batch_delay_ms=delay,
                        max_batch_records=args.max_batch_records, sharding=sharding,
                        feedback_fetch_max_wait_ms=feedback_wait,
-                       switch_interval_ms=switch_interval,
+                       switch_interval_ms=switch_interval, buffer_timeout_ms=buffer_timeout,
                        spoke_parallelism=local_spoke_parallelism(spoke_parallelism, mode),
                        prediction_arrays=args.prediction_arrays)
     with Session(cfg, "omldm-e2e") as s:
@@ -463,6 +466,7 @@ def omldm_row(servers: str, args, mode: str, per_message: int, delay: int, X, y,
         row = {"row": "omldm", "mode": mode, "max_batch_records": args.max_batch_records,
                "per_message": per_message, "delay_ms": delay, "sharding": sharding,
                "feedback_wait_ms": feedback_wait, "switch_interval_ms": switch_interval,
+               "buffer_timeout_ms": buffer_timeout,
                "spokes": args.spokes, "spoke_parallelism": cfg.spoke_subtasks,
                "prediction_arrays": cfg.prediction_arrays,
                "records": len(y), "warmup": w_records,
@@ -507,6 +511,8 @@ def _name(row: dict) -> str:
                == JobConfig.feedback_fetch_max_wait_ms
                else f", feedback wait {row['feedback_wait_ms']} ms")
             + _switch_label(row) + _subtasks_label(row)
+            + ("" if row.get("buffer_timeout_ms", JobConfig.buffer_timeout_ms)
+               == JobConfig.buffer_timeout_ms else f", buffer timeout {row['buffer_timeout_ms']} ms")
             + (", arrays" if row.get("prediction_arrays") else ""))
 
 
@@ -568,6 +574,9 @@ def main() -> None:
     ap.add_argument("--switch-intervals", default=str(JobConfig.switch_interval_ms),
                     help="switch_interval_ms values (thread mode: the Python interpreter's "
                          "switch interval in the JVM; 0: Python's own, 5 ms), comma-separated")
+    ap.add_argument("--buffer-timeouts", default=str(JobConfig.buffer_timeout_ms),
+                    help="buffer_timeout_ms values (Flink's execution.buffer-timeout.interval; "
+                         "0: network buffers sent after every element), comma-separated")
     ap.add_argument("--spoke-parallelisms", default="auto",
                     help="spoke_parallelism values (subtasks the spokes are dealt over; 0: one "
                          "per spoke; auto: omldm serve's default, 1 in thread mode and 0 in "
@@ -639,16 +648,17 @@ def main() -> None:
         for mode in args.modes.split(","):
             for k in per_messages:
                 for delay in (int(v) for v in args.delays.split(",")):
-                    for sharding, wait, switch, width in itertools.product(
+                    for sharding, wait, switch, width, timeout in itertools.product(
                             args.shardings.split(","),
                             [int(v) for v in args.feedback_waits.split(",")],
                             [int(v) for v in args.switch_intervals.split(",")]
                             if mode == "thread" else [JobConfig.switch_interval_ms],
                             [None if v == "auto" else int(v)
-                             for v in args.spoke_parallelisms.split(",")]):
+                             for v in args.spoke_parallelisms.split(",")],
+                            [int(v) for v in args.buffer_timeouts.split(",")]):
                         with broker() as servers:
                             rows.append(omldm_row(servers, args, mode, k, delay, X, y,
-                                                  sharding, wait, switch, width))
+                                                  sharding, wait, switch, width, timeout))
                         show(rows[-1], peers[k])
         for k in per_messages:  # the peer again, last: see "Rows" above
             rows.append(peer_run(k, again=True))
