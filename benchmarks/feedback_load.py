@@ -92,6 +92,7 @@ class Hop(threading.Thread):
         super().__init__(daemon=True)
         self.servers, self.topic = servers, topic
         self.ms: list[float] = []
+        self.lock = threading.Lock()
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -102,12 +103,14 @@ class Hop(threading.Thread):
         while not self.stop.is_set():
             m = c.poll(0.05)
             if m is not None and not m.error():
-                self.ms.append(time.time() * 1000.0 - m.timestamp()[1])
+                with self.lock:
+                    self.ms.append(time.time() * 1000.0 - m.timestamp()[1])
         c.close()
 
     def take(self) -> list[float]:
         """The delays seen since the last call."""
-        out, self.ms = self.ms, []
+        with self.lock:
+            out, self.ms = self.ms, []
         return out
 
 
@@ -170,6 +173,7 @@ def phase(s: Session, pipeline: int, X: np.ndarray, y: np.ndarray, first_id: int
 
 
 def show(row: dict) -> None:
+    """Print one phase's row of the table."""
     rate = f"{row['rate']:,.0f}/s" if row["rate"] else "full load"
     fmt = lambda v: "–" if v is None else f"{v:.1f}"  # noqa: E731
     print(f"{rate:>11s} {row['records']:>9,} {row['records_per_second']:>10,.0f} "
