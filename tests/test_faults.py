@@ -423,23 +423,23 @@ def test_exactly_once_outputs_through_a_taskmanager_kill(cluster, scenario):
         killed_ms = time.time() * 1000.0
         sc.recovered(t0)
         cluster.start_taskmanager()  # the replacement
-        uncommitted = None
+        uncommitted, history = None, []
 
         def settle(final: dict) -> dict:
-            nonlocal uncommitted
+            nonlocal uncommitted, history
             # the last predictions are committed with the checkpoint after them
             sc.cluster.wait_for_checkpoint(
                 sc.job, min_completed=sc.cluster.checkpoints(sc.job)["counts"]["completed"] + 1,
                 timeout=60)
             uncommitted = sc.predictions_on_topic("read_uncommitted")
-            sc.last_history = sc.cluster.checkpoints(sc.job).get("history", [])
+            history = sc.cluster.checkpoints(sc.job).get("history", [])
             return final
         row = sc.finish("TaskManager of the spokes killed, exactly-once outputs (noida)",
                         settle=settle)
         extra = sum(n - 1 for n in uncommitted.values() if n > 1)
         # a checkpoint that completed between the sight of the open transaction and the
         # kill would have committed it (a chance of about 1 in 100 at 5 s)
-        between = [c["latest_ack_timestamp"] for c in sc.last_history
+        between = [c["latest_ack_timestamp"] for c in history
                    if c.get("status") == "COMPLETED" and not c.get("is_savepoint")
                    and seen_ms <= c["latest_ack_timestamp"] <= killed_ms]
         print(f"exactly-once: killed with {pending} predictions in the open transaction "
