@@ -86,7 +86,7 @@ __all__ = ["add_parser", "run_experiment", "SETTINGS", "DATASETS", "create_reque
            "run_local", "run_centralized", "run_flink", "summarize", "markdown_table", "plot",
            "load", "CENTRALIZED", "QUICK_RUNS", "QUICK_LIMIT", "run_regression",
            "run_regression_one", "load_friedman", "regression_table", "REGRESSION_RUNS",
-           "REGRESSION_LEARNER"]
+           "REGRESSION_LEARNER", "rate_limited"]
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,45 @@ PACE = {**{ds: (2000, 500) for ds in DATASETS}, "digits": (100, 50)}
 PATIENCE_S = 1.0
 #: seconds between the progress Queries of a Flink run (points of the loss curve)
 PROGRESS_EVERY_S = 3.0
+#: ``--rate``: seconds of stream between the producer's writes (a write is the records of
+#: that much time, so that the stream is smooth, not bursts of a whole chunk)
+RATE_TICK_S = 0.01
+
+
+def rate_limited(rate: int | None, pace: Callable[[int], None], chunk: int,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> tuple[Callable[[int], None], int]:
+    """The producer's ``between`` callback and the records per write of a Flink run.
+
+    Without ``rate`` (None): ``pace`` after every ``chunk`` records, as fast as the job
+    keeps up (``(pace, chunk)``). With ``rate`` (records/s, the stream's rate): writes of
+    ``max(1, rate × RATE_TICK_S)`` records, each held until its time at that rate (counted
+    from the first call), and ``pace`` still after every ``chunk`` records, so the producer
+    never runs more than the pace's lag ahead of the job either: the stream goes at
+    ``rate`` where the job keeps up, and at the job's speed where it does not.
+
+    Raises
+    ------
+    ValueError
+        When ``rate`` is not None and below 1.
+    """
+    if rate is None:
+        return pace, chunk
+    if rate < 1:
+        raise ValueError(f"rate must be >= 1 records/s, got {rate}")
+    start: list[float] = []
+    paced = [0]
+
+    def between(sent: int) -> None:
+        if not start:
+            start.append(clock())
+        ahead = start[0] + sent / rate - clock()
+        if ahead > 0:
+            sleep(ahead)
+        if sent - paced[0] >= chunk:
+            paced[0] = sent
+            pace(sent)
+    return between, max(1, int(rate * RATE_TICK_S))
 
 #: passes over scikit-learn's digits (1,797 images) in the experiment's stream: BSP's
 #: bytes grow with the stream while the dynamic protocols' rounds thin out once the model
@@ -475,7 +514,7 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
               bootstrap_servers: str | None = None, every: int = 5, limit: int | None = None,
               timeout: float = 600.0, connection=None,
               on_row: Callable[[dict], None] | None = None,
-              failures: list[str] | None = None) -> list[dict]:
+              failures: list[str] | None = None, rate: int | None = None) -> list[dict]:
     """Each run as its own job on a local MiniCluster, one after the other, through the
     local broker (started here unless ``bootstrap_servers`` names a Kafka; ``connection``,
     a :class:`flink_jobs.connection.KafkaConnection`, carries its security settings).
@@ -520,8 +559,9 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
 
                 # paced by the predictions topic: Queries would add rounds to BSP's and
                 # SSP's; a progress Query (the loss curve) every PROGRESS_EVERY_S seconds
-                pace = s.keep_pace(n, lag=lag, timeout=timeout, every=every,
-                                   patience=PATIENCE_S)
+                pace, write = rate_limited(rate, s.keep_pace(n, lag=lag, timeout=timeout,
+                                                             every=every, patience=PATIENCE_S),
+                                           chunk)
                 last = [time.monotonic()]
 
                 def between(sent: int) -> None:
@@ -531,7 +571,7 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
                         counted(s.query(n, timeout=timeout))
 
                 t0 = time.monotonic()
-                _, n_train, n_fore = s.stream(X, y, every=every, between=between, chunk=chunk)
+                _, n_train, n_fore = s.stream(X, y, every=every, between=between, chunk=write)
 
                 final = s.wait_until_counted(n, n_train, n_fore, timeout=timeout, every=0.5,
                                              on_query=counted)
@@ -540,9 +580,10 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
                 again = s.query(n, timeout=60)
                 per_query = again["protocol"]["bytesToHubs"] - final["protocol"]["bytesToHubs"]
                 report_bytes = per_query * (queries[0] - 1) if per_query > 0 else 0
-                return _row(dataset, protocol, variant, final, seconds, "flink", queries[0],
-                            curve, report_bytes, spokes=spokes,
-                            aggregation=request["trainingConfiguration"].get("aggregation"))
+                return {**_row(dataset, protocol, variant, final, seconds, "flink", queries[0],
+                               curve, report_bytes, spokes=spokes,
+                               aggregation=request["trainingConfiguration"].get("aggregation")),
+                        "rate": rate}
 
         for n, (protocol, variant, extra) in enumerate(runs):
             try:
@@ -565,27 +606,29 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
 
 # -- output -----------------------------------------------------------------------------
 def _name(row: dict, rule: bool = False) -> str:
-    """``FDA (naive)``; with ``rule``, the aggregation rule too: ``FDA (naive, average)``."""
+    """``FDA (naive)``; with ``rule``, the aggregation rule too: ``FDA (naive, average)``;
+    a run with a stream rate (``--rate``) names it: ``FDA (naive, 4,000 records/s)``."""
     parts = ([row["variant"]] if row.get("variant") else []) + \
-        ([row["aggregation"]] if rule and row.get("aggregation") else [])
+        ([row["aggregation"]] if rule and row.get("aggregation") else []) + \
+        ([f"{row['rate']:,} records/s"] if row.get("rate") else [])
     return row["protocol"] + (f" ({', '.join(parts)})" if parts else "")
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """One row per (dataset, protocol, variant, spokes), in first-seen order: the means of
+    """One row per (dataset, protocol, variant, spokes, rate), in first-seen order: the means of
     ``prequential_accuracy``, ``mean_loss``, the bytes, ``rounds`` and
     ``records_per_second`` over the repeats of that run, with ``runs`` (how many),
-    ``accuracy_std`` (sample standard deviation, ``ddof=1``; 0.0 for one run), ``spokes``
-    and ``aggregation`` (None where the rows have no such key)."""
+    ``accuracy_std`` (sample standard deviation, ``ddof=1``; 0.0 for one run), ``spokes``,
+    ``rate`` and ``aggregation`` (None where the rows have no such key)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["dataset"], r["protocol"], r["variant"], r.get("spokes")),
-                          []).append(r)
+        groups.setdefault((r["dataset"], r["protocol"], r["variant"], r.get("spokes"),
+                           r.get("rate")), []).append(r)
     out = []
-    for (dataset, protocol, variant, spokes), rs in groups.items():
+    for (dataset, protocol, variant, spokes, rate), rs in groups.items():
         acc = [r["prequential_accuracy"] for r in rs if r["prequential_accuracy"] is not None]
         row = {"dataset": dataset, "protocol": protocol, "variant": variant, "spokes": spokes,
-               "aggregation": rs[0].get("aggregation"), "runs": len(rs),
+               "rate": rate, "aggregation": rs[0].get("aggregation"), "runs": len(rs),
                "prequential_accuracy": float(np.mean(acc)) if acc else None,
                "accuracy_std": float(np.std(acc, ddof=1)) if len(acc) > 1 else 0.0}
         for key in ("mean_loss", "bytes_to_hubs", "bytes_to_spokes", "rounds",
@@ -615,21 +658,24 @@ def markdown_table(rows: list[dict]) -> str:
     """The table as GitHub markdown, one line per (dataset, protocol, variant, spokes)
     (means over repeated runs, :func:`summarize`): accuracy (± its sample standard
     deviation over two or more runs), Δ accuracy vs the dataset's Centralized row and vs
-    BSP (``Synchronous``) with the same number of spokes, the bytes, the bytes relative to
+    BSP (``Synchronous``) with the same number of spokes (and stream rate, else the one at
+    the job's own pace), the bytes, the bytes relative to
     BSP's (``1/6.2``: a sixth of them), rounds, records per second and runs. The
     Centralized row (one spoke) is compared with BSP when the table has one BSP line for
     its dataset; ``–`` where there is no reference. A row whose aggregation rule is not
     its BSP line's names it: ``FDA (naive, average)`` beside a summing BSP."""
     rows = summarize(rows)
-    bsp = {(r["dataset"], r["spokes"]): r for r in rows if r["protocol"] == "Synchronous"}
+    bsp = {(r["dataset"], r["spokes"], r.get("rate")): r for r in rows
+           if r["protocol"] == "Synchronous"}
     central = {r["dataset"]: r for r in rows if r["protocol"] == CENTRALIZED}
     lines = ["| dataset | protocol | prequential accuracy | Δ vs centralized | Δ vs BSP | spokes "
              "| bytes → hubs | bytes → spokes | bytes vs BSP | rounds | records/s | runs |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        base = bsp.get((r["dataset"], r["spokes"]))
+        base = bsp.get((r["dataset"], r["spokes"], r.get("rate"))) or \
+            bsp.get((r["dataset"], r["spokes"], None))
         if base is None and r["protocol"] == CENTRALIZED:
-            mine = [b for (ds, _), b in bsp.items() if ds == r["dataset"]]
+            mine = [b for (ds, _, _), b in bsp.items() if ds == r["dataset"]]
             base = mine[0] if len(mine) == 1 else None
         total = r["bytes_to_hubs"] + r["bytes_to_spokes"]
         ratio = _bytes_ratio(total, base["bytes_to_hubs"] + base["bytes_to_spokes"]
@@ -717,13 +763,14 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
                    png_path: str | Path | None = None, bootstrap_servers: str | None = None,
                    protocols: tuple[str, ...] | None = None, connection=None, out=None,
                    repeats: int = 1, aggregation: str | None = None,
-                   quick: bool = False) -> list[dict]:
+                   quick: bool = False,
+                   rates: tuple[int | None, ...] = (None,)) -> list[dict]:
     """Run the Centralized reference and every protocol on every dataset; write the JSON
     rows (and the PNG), print the markdown table; returns the rows.
 
     Per dataset: first the Centralized row (:func:`run_centralized`, once, on the
     in-process kernel whatever ``kernel`` is, ``repeat`` 0), then for each number of
-    spokes, each repeat, each run of :data:`SETTINGS`.
+    spokes, each stream rate, each repeat, each run of :data:`SETTINGS`.
 
     Parameters
     ----------
@@ -756,6 +803,12 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         Independent (None: the key is left out, the learner's default).
     quick : bool
         Only :data:`QUICK_RUNS`, on at most :data:`QUICK_LIMIT` records of each dataset.
+    rates : tuple of (int or None)
+        Flink only: the stream's rate of each set of runs, records/s at most
+        (:func:`rate_limited`; None, the default: as fast as the job keeps up, the pace
+        of the tables). Several: a sweep, each a full set of runs, its rows named with
+        the rate (``Asynchronous (4,000 records/s)``) and compared with the BSP row at the
+        same rate, else with the one at the job's own pace.
 
     Raises
     ------
@@ -763,8 +816,9 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         After the table, the JSON and the plot of the runs that succeeded, when a Flink
         run failed (each failure is printed; the other runs still ran).
     ValueError
-        For an unknown ``kernel``, dataset or ``aggregation``, ``repeats`` below 1, or no
-        or a non-positive number of ``spokes``.
+        For an unknown ``kernel``, dataset or ``aggregation``, ``repeats`` below 1, no
+        or a non-positive number of ``spokes``, a rate below 1, or a rate on the in-process
+        kernel (it has no clock: messages come after a number of records).
     """
     out = out or sys.stdout
     json_path = Path(json_path)
@@ -788,6 +842,12 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if not sweep or any(k < 1 for k in sweep):
         raise ValueError(f"spokes must be one or more integers >= 1, got {spokes!r}")
+    rates = tuple(rates) or (None,)
+    if any(r is not None and r < 1 for r in rates):
+        raise ValueError(f"rates must be records/s >= 1 (or None), got {rates!r}")
+    if kernel == "local" and rates != (None,):
+        raise ValueError("a stream rate needs the Flink kernel: the in-process kernel "
+                         "delivers messages after a number of records, not after a time")
     if aggregation is not None and aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)} or None, got "
                          f"{aggregation!r}")
@@ -802,18 +862,19 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         if centralized:
             save({**run_centralized(ds, limit=limit), "repeat": 0})
         for k in sweep:
-            for repeat in range(repeats):
-                def tagged(row: dict, repeat: int = repeat) -> None:
-                    save({**row, "repeat": repeat})
+            for rate in rates:
+                for repeat in range(repeats):
+                    def tagged(row: dict, repeat: int = repeat) -> None:
+                        save({**row, "repeat": repeat})
 
-                if kernel == "local":
-                    for protocol, variant, extra in runs:
-                        tagged(run_local(ds, protocol, variant, extra, spokes=k, limit=limit,
-                                         seed=repeat))
-                elif runs:
-                    run_flink(ds, runs, spokes=k, bootstrap_servers=bootstrap_servers,
-                              limit=limit, connection=connection, on_row=tagged,
-                              failures=failures)
+                    if kernel == "local":
+                        for protocol, variant, extra in runs:
+                            tagged(run_local(ds, protocol, variant, extra, spokes=k,
+                                             limit=limit, seed=repeat))
+                    elif runs:
+                        run_flink(ds, runs, spokes=k, bootstrap_servers=bootstrap_servers,
+                                  limit=limit, connection=connection, on_row=tagged,
+                                  failures=failures, rate=rate)
     save()
     print(markdown_table(rows), file=out, flush=True)
     png = Path(png_path) if png_path else json_path.with_suffix(".png")
@@ -984,6 +1045,9 @@ def run_regression(json_path: str | Path, *, spokes: int = 4,
 def _command(args: argparse.Namespace) -> int:
     from flink_jobs.connection import KafkaConnection
 
+    if args.which in ("sharding", "regression") and args.rate is not None:
+        raise ValueError(f"--rate: an option of experiment protocols (on Flink), not of "
+                         f"experiment {args.which}")
     if args.which == "sharding":
         from flink_jobs.experiment_sharding import command
 
@@ -1010,8 +1074,17 @@ def _command(args: argparse.Namespace) -> int:
                    protocols=tuple(args.protocol) if args.protocol else None,
                    connection=KafkaConnection.from_args(args),
                    repeats=args.repeats if args.repeats is not None else 1,
-                   aggregation=args.aggregation, quick=args.quick)
+                   aggregation=args.aggregation, quick=args.quick,
+                   rates=tuple(r or None for r in args.rate or (0,)))
     return 0
+
+
+def _non_negative(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -1081,6 +1154,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="protocols: trainingConfiguration.aggregation of every run but "
                         "Centralized and Independent (default: left out, the learner's "
                         "default)")
+    p.add_argument("--rate", action="append", type=_non_negative,
+                   help="protocols, Flink: the stream's rate, records/s at most (the producer "
+                        "writes no faster, and no further ahead of the job than without it); "
+                        "0 (the default): as fast as the job keeps up; repeatable for a "
+                        "sweep, e.g. --rate 2000 --rate 8000 --rate 0")
     p.add_argument("--quick", action="store_true",
                    help=f"a small subset. protocols: only Centralized, Independent, "
                         f"Synchronous and FDA (naive), on the first {QUICK_LIMIT:,} records "

@@ -15,8 +15,8 @@ import pytest
 
 from flink_jobs import experiment
 from flink_jobs.cli import main
-from flink_jobs.experiment import (DATASETS, QUICK_LIMIT, markdown_table, run_experiment,
-                                   run_local, summarize)
+from flink_jobs.experiment import (DATASETS, QUICK_LIMIT, RATE_TICK_S, markdown_table,
+                                   rate_limited, run_experiment, run_local, summarize)
 from learning.datasets import phishing, synth
 
 KEYS = {"dataset", "protocol", "variant", "prequential_accuracy", "bytes_to_hubs",
@@ -85,6 +85,69 @@ def test_the_experiment_on_the_flink_minicluster(broker, tmp_path):
     assert all(r["bytes_to_hubs"] + r["bytes_to_spokes"] < bsp for r in rows[1:])
     assert json.loads((tmp_path / "flink.json").read_text()) == rows
     assert "| shuttle | EVENFLOW (fast) |" in out.getvalue()
+
+
+def test_a_stream_rate_on_the_flink_minicluster(broker, tmp_path):
+    """``--rate``: the producer writes no faster than the rate; the row carries it and the
+    table names it."""
+    out = io.StringIO()
+    (row,) = run_experiment(tmp_path / "rate.json", kernel="flink", datasets=("shuttle",),
+                            limit=3000, protocols=("Asynchronous",), rates=(1000,),
+                            bootstrap_servers=broker.bootstrap_servers, out=out)
+    assert row["rate"] == 1000 and row["fitted"] + row["predicted"] == 3000
+    assert row["records_per_second"] <= 1000 * 1.05
+    assert "| shuttle | Asynchronous (1,000 records/s) |" in out.getvalue()
+
+
+def test_a_stream_rate_holds_the_writes_to_it_and_still_paces():
+    """:func:`rate_limited` on a fake clock: every write waits for its time at the rate, and
+    the job's pace is still asked after every chunk."""
+    now = [0.0]
+    paced: list[int] = []
+
+    def sleep(s: float) -> None:
+        assert s > 0
+        now[0] += s
+
+    between, write = rate_limited(2000, paced.append, 500, clock=lambda: now[0], sleep=sleep)
+    assert write == int(2000 * RATE_TICK_S) == 20
+    for sent in range(write, 2001, write):
+        between(sent)
+    # each write is held until its records' time: 2,000 records at 2,000 records/s
+    assert now[0] == pytest.approx(1.0)
+    assert paced == [500, 1000, 1500, 2000]
+    assert rate_limited(None, paced.append, 500) == (paced.append, 500)
+    with pytest.raises(ValueError, match="rate"):
+        rate_limited(0, paced.append, 500)
+
+
+def test_rates_group_apart_and_compare_with_bsp_at_the_same_rate():
+    def row(protocol, acc, rate):
+        return {"dataset": "d", "protocol": protocol, "variant": None, "spokes": 4,
+                "rate": rate, "prequential_accuracy": acc, "mean_loss": 0.1,
+                "bytes_to_hubs": 10, "bytes_to_spokes": 10, "rounds": 3,
+                "records_per_second": 10.0}
+
+    rows = [row("Synchronous", 0.90, None), row("Asynchronous", 0.85, None),
+            row("Synchronous", 0.80, 2000), row("Asynchronous", 0.84, 2000),
+            row("Asynchronous", 0.86, 4000), row("Asynchronous", 0.88, 4000)]
+    assert [(r["protocol"], r["rate"], r["runs"]) for r in summarize(rows)] == [
+        ("Synchronous", None, 1), ("Asynchronous", None, 1), ("Synchronous", 2000, 1),
+        ("Asynchronous", 2000, 1), ("Asynchronous", 4000, 2)]
+    lines = {x.split(" | ")[1]: x.split(" | ") for x in markdown_table(rows).splitlines()[2:]}
+    assert lines["Asynchronous"][4] == "-0.0500"
+    assert lines["Asynchronous (2,000 records/s)"][4] == "+0.0400"  # BSP at 2,000
+    assert lines["Asynchronous (4,000 records/s)"][4] == "-0.0300"  # no BSP there: its own pace
+
+
+def test_a_stream_rate_is_refused_where_there_is_no_clock(tmp_path):
+    with pytest.raises(ValueError, match="Flink kernel"):
+        run_experiment(tmp_path / "x.json", kernel="local", rates=(1000,))
+    with pytest.raises(ValueError, match="rates"):
+        run_experiment(tmp_path / "x.json", kernel="flink", rates=(0,))
+    for which in ("sharding", "regression"):
+        assert main(["experiment", which, "--json", str(tmp_path / "x.json"),
+                     "--rate", "1000"]) == 2
 
 
 def test_quick_run_has_a_centralized_row_per_dataset_equal_to_a_single_spoke_run(tmp_path, capsys):
