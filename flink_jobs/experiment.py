@@ -583,7 +583,7 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
                 return {**_row(dataset, protocol, variant, final, seconds, "flink", queries[0],
                                curve, report_bytes, spokes=spokes,
                                aggregation=request["trainingConfiguration"].get("aggregation")),
-                        "rate": rate}
+                        "rate": rate, "spoke_parallelism": spoke_parallelism}
 
         for n, (protocol, variant, extra) in enumerate(runs):
             try:
@@ -764,7 +764,8 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
                    protocols: tuple[str, ...] | None = None, connection=None, out=None,
                    repeats: int = 1, aggregation: str | None = None,
                    quick: bool = False,
-                   rates: tuple[int | None, ...] = (None,)) -> list[dict]:
+                   rates: tuple[int | None, ...] = (None,),
+                   spoke_parallelism: int = 0) -> list[dict]:
     """Run the Centralized reference and every protocol on every dataset; write the JSON
     rows (and the PNG), print the markdown table; returns the rows.
 
@@ -809,6 +810,10 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         of the tables). Several: a sweep, each a full set of runs, its rows named with
         the rate (``Asynchronous (4,000 records/s)``) and compared with the BSP row at the
         same rate, else with the one at the job's own pace.
+    spoke_parallelism : int
+        Flink only: :attr:`flink_jobs.config.JobConfig.spoke_parallelism` of every run (0,
+        the default and the tables' layout: a subtask per spoke; 1: every spoke in one
+        subtask, as ``omldm serve`` runs them in thread mode); each row records it.
 
     Raises
     ------
@@ -818,7 +823,8 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
     ValueError
         For an unknown ``kernel``, dataset or ``aggregation``, ``repeats`` below 1, no
         or a non-positive number of ``spokes``, a rate below 1, or a rate on the in-process
-        kernel (it has no clock: messages come after a number of records).
+        kernel (it has no clock: messages come after a number of records), or a
+        ``spoke_parallelism`` below 0, above a number of ``spokes``, or on that kernel.
     """
     out = out or sys.stdout
     json_path = Path(json_path)
@@ -848,6 +854,10 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
     if kernel == "local" and rates != (None,):
         raise ValueError("a stream rate needs the Flink kernel: the in-process kernel "
                          "delivers messages after a number of records, not after a time")
+    if spoke_parallelism and (kernel == "local" or spoke_parallelism < 0
+                              or spoke_parallelism > min(sweep)):
+        raise ValueError(f"spoke_parallelism must be 0 to the fewest spokes ({min(sweep)}) on "
+                         f"the Flink kernel, got {spoke_parallelism} on {kernel}")
     if aggregation is not None and aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)} or None, got "
                          f"{aggregation!r}")
@@ -874,7 +884,8 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
                     elif runs:
                         run_flink(ds, runs, spokes=k, bootstrap_servers=bootstrap_servers,
                                   limit=limit, connection=connection, on_row=tagged,
-                                  failures=failures, rate=rate)
+                                  failures=failures, rate=rate,
+                                  spoke_parallelism=spoke_parallelism)
     save()
     print(markdown_table(rows), file=out, flush=True)
     png = Path(png_path) if png_path else json_path.with_suffix(".png")
@@ -1045,9 +1056,11 @@ def run_regression(json_path: str | Path, *, spokes: int = 4,
 def _command(args: argparse.Namespace) -> int:
     from flink_jobs.connection import KafkaConnection
 
-    if args.which in ("sharding", "regression") and args.rate is not None:
-        raise ValueError(f"--rate: an option of experiment protocols (on Flink), not of "
-                         f"experiment {args.which}")
+    flink_only = [f"--{n.replace('_', '-')}" for n in ("rate", "spoke_parallelism")
+                  if getattr(args, n) is not None]
+    if args.which in ("sharding", "regression") and flink_only:
+        raise ValueError(f"{', '.join(flink_only)}: options of experiment protocols (on "
+                         f"Flink), not of experiment {args.which}")
     if args.which == "sharding":
         from flink_jobs.experiment_sharding import command
 
@@ -1075,7 +1088,8 @@ def _command(args: argparse.Namespace) -> int:
                    connection=KafkaConnection.from_args(args),
                    repeats=args.repeats if args.repeats is not None else 1,
                    aggregation=args.aggregation, quick=args.quick,
-                   rates=tuple(r or None for r in args.rate or (0,)))
+                   rates=tuple(r or None for r in args.rate or (0,)),
+                   spoke_parallelism=args.spoke_parallelism or 0)
     return 0
 
 
@@ -1159,6 +1173,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "writes no faster, and no further ahead of the job than without it); "
                         "0 (the default): as fast as the job keeps up; repeatable for a "
                         "sweep, e.g. --rate 2000 --rate 8000 --rate 0")
+    p.add_argument("--spoke-parallelism", type=_non_negative, default=None,
+                   help="protocols, Flink: subtasks the spokes are dealt over (0, the "
+                        "default and the tables' layout: one per spoke; 1: all in one, as "
+                        "omldm serve runs them in thread mode)")
     p.add_argument("--quick", action="store_true",
                    help=f"a small subset. protocols: only Centralized, Independent, "
                         f"Synchronous and FDA (naive), on the first {QUICK_LIMIT:,} records "

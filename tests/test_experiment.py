@@ -89,12 +89,14 @@ def test_the_experiment_on_the_flink_minicluster(broker, tmp_path):
 
 def test_a_stream_rate_on_the_flink_minicluster(broker, tmp_path):
     """``--rate``: the producer writes no faster than the rate; the row carries it and the
-    table names it."""
+    table names it. With the spokes in one subtask (``--spoke-parallelism 1``)."""
     out = io.StringIO()
     (row,) = run_experiment(tmp_path / "rate.json", kernel="flink", datasets=("shuttle",),
                             limit=3000, protocols=("Asynchronous",), rates=(1000,),
+                            spoke_parallelism=1,
                             bootstrap_servers=broker.bootstrap_servers, out=out)
-    assert row["rate"] == 1000 and row["fitted"] + row["predicted"] == 3000
+    assert row["rate"] == 1000 and row["spoke_parallelism"] == 1
+    assert row["fitted"] + row["predicted"] == 3000
     assert row["records_per_second"] <= 1000 * 1.05
     assert "| shuttle | Asynchronous (1,000 records/s) |" in out.getvalue()
 
@@ -140,14 +142,19 @@ def test_rates_group_apart_and_compare_with_bsp_at_the_same_rate():
     assert lines["Asynchronous (4,000 records/s)"][4] == "-0.0300"  # no BSP there: its own pace
 
 
-def test_a_stream_rate_is_refused_where_there_is_no_clock(tmp_path):
+def test_a_stream_rate_and_a_spoke_layout_are_refused_off_flink(tmp_path):
     with pytest.raises(ValueError, match="Flink kernel"):
         run_experiment(tmp_path / "x.json", kernel="local", rates=(1000,))
     with pytest.raises(ValueError, match="rates"):
         run_experiment(tmp_path / "x.json", kernel="flink", rates=(0,))
+    with pytest.raises(ValueError, match="spoke_parallelism"):
+        run_experiment(tmp_path / "x.json", kernel="local", spoke_parallelism=1)
+    with pytest.raises(ValueError, match="spoke_parallelism"):
+        run_experiment(tmp_path / "x.json", kernel="flink", spokes=(2, 4), spoke_parallelism=3)
     for which in ("sharding", "regression"):
-        assert main(["experiment", which, "--json", str(tmp_path / "x.json"),
-                     "--rate", "1000"]) == 2
+        for flag in ("--rate", "--spoke-parallelism"):
+            assert main(["experiment", which, "--json", str(tmp_path / "x.json"),
+                         flag, "1"]) == 2
 
 
 def test_quick_run_has_a_centralized_row_per_dataset_equal_to_a_single_spoke_run(tmp_path, capsys):
