@@ -514,7 +514,8 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
               bootstrap_servers: str | None = None, every: int = 5, limit: int | None = None,
               timeout: float = 600.0, connection=None,
               on_row: Callable[[dict], None] | None = None,
-              failures: list[str] | None = None, rate: int | None = None) -> list[dict]:
+              failures: list[str] | None = None, rate: int | None = None,
+              execution_mode: str | None = None) -> list[dict]:
     """Each run as its own job on a local MiniCluster, one after the other, through the
     local broker (started here unless ``bootstrap_servers`` names a Kafka; ``connection``,
     a :class:`flink_jobs.connection.KafkaConnection`, carries its security settings).
@@ -528,6 +529,7 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
     X, y = load(dataset)
     if limit:
         X, y = X[:limit], y[:limit]
+    mode = execution_mode or EXECUTION_MODE.get(dataset, "thread")
     broker = None if bootstrap_servers else LocalBroker().start()
     servers = bootstrap_servers or broker.bootstrap_servers
     rows = []
@@ -538,7 +540,7 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
                 bootstrap_servers else {}
             cfg = local_config(servers, topic_prefix=prefix, spokes=spokes, hubs=1,
                                spoke_parallelism=spoke_parallelism,
-                               execution_mode=EXECUTION_MODE.get(dataset, "thread"), **extra_cfg)
+                               execution_mode=mode, **extra_cfg)
             request = create_request(dataset, protocol, variant, extra, n)
             with Session(cfg, f"experiment-{dataset}-{protocol}-{variant}") as s:
                 created = s.request(request, timeout=180)
@@ -583,7 +585,8 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
                 return {**_row(dataset, protocol, variant, final, seconds, "flink", queries[0],
                                curve, report_bytes, spokes=spokes,
                                aggregation=request["trainingConfiguration"].get("aggregation")),
-                        "rate": rate, "spoke_parallelism": spoke_parallelism}
+                        "rate": rate, "spoke_parallelism": spoke_parallelism,
+                        "execution_mode": mode}
 
         for n, (protocol, variant, extra) in enumerate(runs):
             try:
@@ -765,7 +768,8 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
                    repeats: int = 1, aggregation: str | None = None,
                    quick: bool = False,
                    rates: tuple[int | None, ...] = (None,),
-                   spoke_parallelism: int = 0) -> list[dict]:
+                   spoke_parallelism: int = 0,
+                   execution_mode: str | None = None) -> list[dict]:
     """Run the Centralized reference and every protocol on every dataset; write the JSON
     rows (and the PNG), print the markdown table; returns the rows.
 
@@ -814,6 +818,10 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         Flink only: :attr:`flink_jobs.config.JobConfig.spoke_parallelism` of every run (0,
         the default and the tables' layout: a subtask per spoke; 1: every spoke in one
         subtask, as ``omldm serve`` runs them in thread mode); each row records it.
+    execution_mode : {"thread", "process"} or None
+        Flink only: PyFlink's execution mode of every run (None, the default: the
+        dataset's, :data:`EXECUTION_MODE`; ``process`` is ``flink run``'s default); each row
+        records it.
 
     Raises
     ------
@@ -858,6 +866,10 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
                               or spoke_parallelism > min(sweep)):
         raise ValueError(f"spoke_parallelism must be 0 to the fewest spokes ({min(sweep)}) on "
                          f"the Flink kernel, got {spoke_parallelism} on {kernel}")
+    if execution_mode is not None and (kernel == "local"
+                                       or execution_mode not in ("thread", "process")):
+        raise ValueError(f"execution_mode must be 'thread' or 'process' on the Flink kernel, "
+                         f"got {execution_mode!r} on {kernel}")
     if aggregation is not None and aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)} or None, got "
                          f"{aggregation!r}")
@@ -885,7 +897,8 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
                         run_flink(ds, runs, spokes=k, bootstrap_servers=bootstrap_servers,
                                   limit=limit, connection=connection, on_row=tagged,
                                   failures=failures, rate=rate,
-                                  spoke_parallelism=spoke_parallelism)
+                                  spoke_parallelism=spoke_parallelism,
+                                  execution_mode=execution_mode)
     save()
     print(markdown_table(rows), file=out, flush=True)
     png = Path(png_path) if png_path else json_path.with_suffix(".png")
@@ -1056,7 +1069,8 @@ def run_regression(json_path: str | Path, *, spokes: int = 4,
 def _command(args: argparse.Namespace) -> int:
     from flink_jobs.connection import KafkaConnection
 
-    flink_only = [f"--{n.replace('_', '-')}" for n in ("rate", "spoke_parallelism")
+    flink_only = [f"--{n.replace('_', '-')}" for n in ("rate", "spoke_parallelism",
+                                                         "execution_mode")
                   if getattr(args, n) is not None]
     if args.which in ("sharding", "regression") and flink_only:
         raise ValueError(f"{', '.join(flink_only)}: options of experiment protocols (on "
@@ -1089,7 +1103,8 @@ def _command(args: argparse.Namespace) -> int:
                    repeats=args.repeats if args.repeats is not None else 1,
                    aggregation=args.aggregation, quick=args.quick,
                    rates=tuple(r or None for r in args.rate or (0,)),
-                   spoke_parallelism=args.spoke_parallelism or 0)
+                   spoke_parallelism=args.spoke_parallelism or 0,
+                   execution_mode=args.execution_mode)
     return 0
 
 
@@ -1177,6 +1192,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="protocols, Flink: subtasks the spokes are dealt over (0, the "
                         "default and the tables' layout: one per spoke; 1: all in one, as "
                         "omldm serve runs them in thread mode)")
+    p.add_argument("--execution-mode", choices=("thread", "process"), default=None,
+                   help="protocols, Flink: PyFlink's execution mode of every run (default: "
+                        "thread, process for the MLP, which cannot run in thread mode; "
+                        "process is flink run's default)")
     p.add_argument("--quick", action="store_true",
                    help=f"a small subset. protocols: only Centralized, Independent, "
                         f"Synchronous and FDA (naive), on the first {QUICK_LIMIT:,} records "

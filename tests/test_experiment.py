@@ -96,6 +96,7 @@ def test_a_stream_rate_on_the_flink_minicluster(broker, tmp_path):
                             spoke_parallelism=1,
                             bootstrap_servers=broker.bootstrap_servers, out=out)
     assert row["rate"] == 1000 and row["spoke_parallelism"] == 1
+    assert row["execution_mode"] == "thread"
     assert row["fitted"] + row["predicted"] == 3000
     assert row["records_per_second"] <= 1000 * 1.05
     assert "| shuttle | Asynchronous (1,000 records/s) |" in out.getvalue()
@@ -151,10 +152,13 @@ def test_a_stream_rate_and_a_spoke_layout_are_refused_off_flink(tmp_path):
         run_experiment(tmp_path / "x.json", kernel="local", spoke_parallelism=1)
     with pytest.raises(ValueError, match="spoke_parallelism"):
         run_experiment(tmp_path / "x.json", kernel="flink", spokes=(2, 4), spoke_parallelism=3)
+    with pytest.raises(ValueError, match="execution_mode"):
+        run_experiment(tmp_path / "x.json", kernel="local", execution_mode="process")
     for which in ("sharding", "regression"):
-        for flag in ("--rate", "--spoke-parallelism"):
+        for flag, value in (("--rate", "1"), ("--spoke-parallelism", "1"),
+                            ("--execution-mode", "process")):
             assert main(["experiment", which, "--json", str(tmp_path / "x.json"),
-                         flag, "1"]) == 2
+                         flag, value]) == 2
 
 
 def test_quick_run_has_a_centralized_row_per_dataset_equal_to_a_single_spoke_run(tmp_path, capsys):
