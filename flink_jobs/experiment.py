@@ -658,7 +658,7 @@ def _delta(acc: float | None, base: dict | None) -> str:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """The table as GitHub markdown, one line per (dataset, protocol, variant, spokes)
+    """The table as GitHub markdown, one line per (dataset, protocol, variant, spokes, rate)
     (means over repeated runs, :func:`summarize`): accuracy (± its sample standard
     deviation over two or more runs), Δ accuracy vs the dataset's Centralized row and vs
     BSP (``Synchronous``) with the same number of spokes (and stream rate, else the one at
@@ -831,8 +831,9 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
     ValueError
         For an unknown ``kernel``, dataset or ``aggregation``, ``repeats`` below 1, no
         or a non-positive number of ``spokes``, a rate below 1, or a rate on the in-process
-        kernel (it has no clock: messages come after a number of records), or a
-        ``spoke_parallelism`` below 0, above a number of ``spokes``, or on that kernel.
+        kernel (it has no clock: messages come after a number of records), a
+        ``spoke_parallelism`` below 0, above a number of ``spokes``, or on that kernel, or
+        an ``execution_mode`` other than thread or process, or on that kernel.
     """
     out = out or sys.stdout
     json_path = Path(json_path)
