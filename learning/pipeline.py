@@ -140,19 +140,18 @@ class Pipeline:
             k-means).
         """
         X = as_matrix(X)
-        supervised = getattr(self.learner, "supervised", True)
-        labels = as_labels(y) if supervised else list(y)
+        labels = as_labels(y) if self.learner.supervised else list(y)
         X_test = X
         for p in self.preprocessors:
             X_test, X = p.prequential_transform(X, X_test)
         proba = None
-        if with_proba and getattr(self.learner, "has_proba", False):
+        if with_proba and self.learner.has_proba:
             predictions, loss_sum, proba = self.learner.test_then_train(
                 X, labels, X_test=None if X_test is X else X_test, with_proba=True)
         else:
             predictions, loss_sum = self.learner.test_then_train(
                 X, labels, X_test=None if X_test is X else X_test)
-        if getattr(self.learner, "task", "classification") != "classification":
+        if self.learner.task != "classification":
             n_correct = 0  # accuracy means nothing here
         else:
             # label_key(p) == label_key(t), without building the keys: labels are JSON

@@ -204,7 +204,7 @@ def check_pairing(learner_spec: Any, protocol_name: str) -> None:
     """
     name = learner_spec.get("name") if isinstance(learner_spec, dict) else None
     cls = LEARNERS.get(name) if isinstance(name, str) else None
-    if cls is None or getattr(cls, "averageable", True) or protocol_name == INDEPENDENT:
+    if cls is None or cls.averageable or protocol_name == INDEPENDENT:
         return
     raise RequestError("unsupported_pairing",
                        f"{name} cannot be averaged; use protocol {INDEPENDENT!r}",

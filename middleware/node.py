@@ -73,6 +73,15 @@ class NetworkContext(Protocol):
         Stream records held while the stream is paused, in order (a deque of
         ``(training?, record)`` on spokes, where a record may still be its Kafka record's
         bytes, :class:`operators.spoke_kernel.SpokeContext`; empty on hubs).
+    max_request_bytes : int or None
+        The largest request the service takes (bytes; ``JobConfig.max_request_bytes``):
+        what an exported model must fit in to come back as a Create. None: no limit.
+    prediction_scores : bool
+        Whether predictions carry class probabilities (``JobConfig.prediction_scores``);
+        False on hubs, which predict nothing.
+    subtask : int or None
+        The Flink subtask hosting the node; None where its host does not say (the
+        in-process kernel's spokes).
     """
 
     network: int
@@ -84,6 +93,9 @@ class NetworkContext(Protocol):
     max_response_params: int
     pauses: int
     backlog: Any
+    max_request_bytes: int | None
+    prediction_scores: bool
+    subtask: int | None
 
     def send(self, dst_index: int, data: bytes) -> None:
         """Ship encoded envelope bytes to node ``dst_index`` of the other side.
@@ -107,6 +119,13 @@ class NetworkContext(Protocol):
 
     def emit_all(self, stream: str | None, values: list[dict]) -> None:
         """:meth:`emit` each of ``values``, in order, in one call."""
+
+    def crossing_ms(self) -> tuple[float, float] | None:
+        """p50 and p95 wall milliseconds of the node's last data crossings (None on hubs,
+        and before the first)."""
+
+    def paused_for(self) -> float | None:
+        """Seconds since the node's stream paused (None while it runs, and on hubs)."""
 
 
 class NodeStats:

@@ -42,6 +42,8 @@ class HubContext:
     side = HUB
     pauses = 0  # hubs have no stream to pause
     backlog = _NO_BACKLOG
+    prediction_scores = False  # hubs predict nothing
+    max_request_bytes: int | None = None  # a snapshot's from before it was kept: no limit
 
     def __init__(self, op: "HubKernel", network: int, index: int, n_hubs: int) -> None:
         self._op = op
@@ -82,6 +84,17 @@ class HubContext:
         for value in values:
             self._op.emit(value)
 
+    @property
+    def subtask(self) -> int:
+        """The hub operator's subtask hosting this hub (:attr:`HubKernel.subtask`)."""
+        return self._op.subtask
+
+    def crossing_ms(self) -> None:  # hubs get no data crossings
+        return None
+
+    def paused_for(self) -> None:  # nor a stream to pause
+        return None
+
 
 class HubKernel:
     """The hub nodes of every pipeline for one hub id, with their bookkeeping: plain
@@ -112,6 +125,8 @@ class HubKernel:
         After counting a node's failure (``handlerErrors``), raise it again instead of
         going on (the in-process kernel's tests; False in the job).
     """
+
+    publisher: Publisher | None = None  # class default: snapshots from before the weights topic
 
     def __init__(self, hub: int, n_spokes: int, limits: dict | None = None,
                  subtask: int = 0) -> None:
@@ -199,7 +214,7 @@ class HubKernel:
 
     # -- the weights topic (operators.weights) -------------------------------------------------
     def _publisher(self) -> Publisher:
-        got = getattr(self, "publisher", None)
+        got = self.publisher
         if got is None:  # a kernel restored from a snapshot taken before the weights topic
             got = self.publisher = Publisher(self.limits.get("weights_every_ms"),
                                              self.limits["max_message_bytes"])

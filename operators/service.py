@@ -100,7 +100,7 @@ def check_execution_mode(learner, learner_name: str, execution_mode: str) -> Non
     RequestError
         ``unsupported`` (field ``learner.name``).
     """
-    if execution_mode == "thread" and getattr(learner, "needs_own_interpreter", False):
+    if execution_mode == "thread" and learner.needs_own_interpreter:
         raise RequestError("unsupported", f"{learner_name} needs PyFlink's process mode "
                            "(python.execution-mode: process; omldm --mode process): its native "
                            "bindings deadlock in an interpreter embedded in the JVM",

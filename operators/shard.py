@@ -84,7 +84,7 @@ class ShardFunction(KeyedProcessFunction):
             self.state.update(self.snapshot)
         if self.counters is not None:
             now = {"shardedRecords": sharder.records, "shardedBroadcast": sharder.broadcast,
-                   "shardingFits": getattr(sharder, "fits", 0)}
+                   "shardingFits": sharder.fits}
             for name, count in now.items():
                 if count > self.seen[name]:
                     self.counters[name].inc(count - self.seen[name])

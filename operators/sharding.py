@@ -106,6 +106,8 @@ class Sharder:
         Records sent to every spoke (``distribution-aware``'s sparse clusters).
     per_spoke : list[int]
         Records each spoke got, broadcast copies included.
+    fits : int
+        Times the sharder learned its clusters (``distribution-aware``; 0 for the others).
 
     Raises
     ------
@@ -114,6 +116,7 @@ class Sharder:
     """
 
     name = ""
+    fits = 0
 
     def __init__(self, n_spokes: int) -> None:
         if n_spokes < 1:

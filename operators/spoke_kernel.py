@@ -31,7 +31,7 @@ import orjson
 from learning.errors import RequestError
 from learning.layout import RecordRejected
 from learning.protocols import make_spoke
-from learning.protocols.base import dead_letter
+from learning.protocols.base import PipelineSpoke, dead_letter
 from learning.requests import parse_request
 from middleware import SPOKE, codec
 from middleware.codec import SiblingOp, Wire
@@ -59,6 +59,10 @@ class SpokeContext:
     :class:`middleware.node.NetworkContext`)."""
 
     side = SPOKE
+    # class defaults for contexts restored from snapshots taken before these were kept
+    paused_at: float | None = None
+    prediction_scores = False
+    max_request_bytes: int | None = None
 
     def __init__(self, op: "SpokeKernel", network: int, n_hubs: int) -> None:
         self._op = op
@@ -69,6 +73,7 @@ class SpokeContext:
         self.max_message_bytes = op.max_message_bytes
         self.max_response_params = op.limits["max_response_params"]
         self.prediction_scores = op.limits["prediction_scores"]
+        self.max_request_bytes = op.limits["max_request_bytes"]
         self.pauses = 0  # calls this pipeline's stream waits on (then_sync)
         self.paused_at: float | None = None  # time.time() when the stream last paused
         # what this pipeline got while it was paused, in order: (training?, the Kafka
@@ -147,7 +152,7 @@ class SpokeContext:
     def paused_for(self) -> float | None:
         """Seconds since this pipeline's stream paused (None while it runs, or for a
         context restored from a snapshot taken before this was kept)."""
-        at = getattr(self, "paused_at", None)
+        at = self.paused_at
         return max(0.0, time.time() - at) if self.pauses and at is not None else None
 
     def resume_stream(self) -> None:
@@ -469,7 +474,7 @@ class SpokeKernel:
         prediction made). A node that is not a pipeline (a bare
         :class:`middleware.Node`, as in tests) has none."""
         for node in self.nodes.values():
-            if getattr(node, "_forecasts", None):
+            if isinstance(node, PipelineSpoke):
                 node.settle_forecasts()
 
     def _line(self, train: bool, raw: str | memoryview | bytes) -> None:

@@ -234,7 +234,7 @@ class GlobalModel:
         """``{"classes", "probabilities"}`` (probabilities ``(n_records, n_classes)``) where
         the learner has class probabilities, else None."""
         learner = self.model.learner
-        if not getattr(learner, "has_proba", False) or not getattr(learner, "classes", None):
+        if not learner.has_proba or not learner.classes:
             return None
         proba = self.model.predict_proba(np.asarray(features, dtype=np.float64))
         return {"classes": list(learner.classes), "probabilities": proba}

@@ -44,6 +44,8 @@ class Regressor(Learner, abc.ABC):
     errors, score the negative MAE (see the module docstring)."""
 
     task: ClassVar[str] = "regression"
+    #: the width records must have (features), None until the first fit
+    n_features: int | None = None
 
     def _check_targets(self, X: Any, y: Sequence, n_features: int | None
                        ) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +75,7 @@ class Regressor(Learner, abc.ABC):
         ValueError
             If the width is not ``n_features``.
         """
-        return self._predict_array(as_matrix(X, getattr(self, "n_features", None))).tolist()
+        return self._predict_array(as_matrix(X, self.n_features)).tolist()
 
     def loss(self, X: np.ndarray, y: Sequence) -> float:
         """Sum over the batch of ``|y - ŷ|`` (the model is unchanged).
@@ -83,7 +85,7 @@ class Regressor(Learner, abc.ABC):
         ValueError
             For a width other than ``n_features``, a length mismatch or a non-real target.
         """
-        X, t = self._check_targets(X, y, getattr(self, "n_features", None))
+        X, t = self._check_targets(X, y, self.n_features)
         if not t.size:
             return 0.0
         return float(np.abs(t - self._predict_array(X)).sum())

@@ -176,6 +176,9 @@ class PipelineSpoke(Node):
     _fitted_at_query = -1  # records fitted when the previous Query came (class default:
     # snapshots taken before it existed)
     _forecasts: list | None = None  # forecasting records taken, not yet predicted
+    #: global models taken in (:meth:`model_version`); the synchronizing protocols count
+    #: them, ``Independent`` takes none
+    rounds = 0
 
     def __init__(self, request) -> None:
         super().__init__()
@@ -186,8 +189,8 @@ class PipelineSpoke(Node):
         self.mini_batches = int(cfg["miniBatches"])
         self.pipeline = _build_pipeline(request)
         learner = self.pipeline.learner
-        self._supervised = getattr(learner, "supervised", True)
-        self._task = getattr(learner, "task", "classification")
+        self._supervised = learner.supervised
+        self._task = learner.task
         self.layout = declared_layout(request.learner or {}, self._task, self._supervised)
         self.quorum = int(cfg.get("layoutQuorum", DEFAULT_QUORUM))
         # records held while the layout is pending: (training?, record, width, label kind)
@@ -361,7 +364,7 @@ class PipelineSpoke(Node):
         if not recs:
             return
         self._forecasts = []
-        with_scores = getattr(self.ctx, "prediction_scores", False)
+        with_scores = self.ctx.prediction_scores
         try:
             X = np.asarray([rec["features"] for rec in recs], dtype=np.float64)
             predictions = self.pipeline.predict(X)
@@ -533,7 +536,7 @@ class PipelineSpoke(Node):
         updates on from it). Under the round protocols (BSP, FDA, EVENFLOW) it is the
         weights topic's version of that model (:mod:`operators.weights`). Every prediction
         carries it as ``modelVersion``."""
-        return int(self.request.version or 0) + int(getattr(self, "rounds", 0))
+        return int(self.request.version or 0) + int(self.rounds)
 
     def _scores(self, features: list) -> dict:
         """``{"classes", "probabilities"}`` of one record, where the learner has class
@@ -547,7 +550,7 @@ class PipelineSpoke(Node):
         """:meth:`_scores` of each row of ``X`` ((n_records, n_features) float64); raises
         what the learner raises."""
         learner = self.pipeline.learner
-        if not getattr(learner, "has_proba", False) or not getattr(learner, "classes", None):
+        if not learner.has_proba or not learner.classes:
             return [{}] * len(X)
         classes = list(learner.classes)
         return [{"classes": classes,
@@ -627,8 +630,8 @@ class PipelineSpoke(Node):
             return
         self.fitted += len(X)
         if self.quality is not None:
-            self.quality.update(y, predictions, proba, getattr(
-                self.pipeline.learner, "classes", None) if proba is not None else None)
+            self.quality.update(y, predictions, proba,
+                                None if proba is None else self.pipeline.learner.classes)
         self.correct += n_correct
         self.loss_sum += float(loss)
         self.batches += 1
@@ -726,18 +729,16 @@ class PipelineSpoke(Node):
         """Protocol hook: an Update changed the layout and the model was reset."""
 
     def statistics(self) -> dict:
-        paused_for = getattr(self.ctx, "paused_for", None)  # not every context keeps it
-        crossing = getattr(self.ctx, "crossing_ms", None)
-        crossing = crossing() if crossing else None
+        crossing = self.ctx.crossing_ms()
         return {
-            "spoke": self.ctx.index, "subtask": getattr(self.ctx, "subtask", None),
+            "spoke": self.ctx.index, "subtask": self.ctx.subtask,
             "fitted": self.fitted, "predicted": self.predicted,
             "rejected": self.rejected, "rejectedBy": dict(self.rejected_by),
             "correct": self.correct, "loss": self.loss_sum,
             "batches": self.batches, "fitErrors": self.fit_errors, "lastError": self.last_error,
             "held": self.ctx.held(), "heldBytes": self.ctx.held_bytes,
             # a paused stream: how long, and the calls it waits on (then_sync)
-            "pausedForS": paused_for() if paused_for else None,
+            "pausedForS": self.ctx.paused_for(),
             "waitingOn": self.waiting_on,
             # wall ms of the spoke's data crossings: what a hub's answer may wait behind
             "crossingMsP50": crossing[0] if crossing else None,
@@ -764,8 +765,8 @@ class PipelineHub(Node):
         self.learner = make_learner(request.learner)
         self.updates = int(request.version or 0)  # a warm start counts on from its export
         self._reports: dict[int, dict[int, dict]] = {}
-        self._task = getattr(self.learner, "task", "classification")
-        self._supervised = getattr(self.learner, "supervised", True)
+        self._task = self.learner.task
+        self._supervised = self.learner.supervised
         self.layout = declared_layout(request.learner or {}, self._task, self._supervised)
         self.quorum = int(request.training_configuration.get("layoutQuorum", DEFAULT_QUORUM))
         self.layout_votes: Counter = Counter()  # (width, label kind) -> records, all spokes
@@ -887,9 +888,9 @@ class PipelineHub(Node):
             "rejectedBy": dict(sum((Counter(s.get("rejectedBy", {})) for s in spokes), Counter())),
             "layout": {**self.layout.to_json(), "votes": sum(self.layout_votes.values()),
                        "held": sum(s.get("layoutHeld", 0) for s in spokes)},
-            "task": getattr(self.learner, "task", "classification"),
-            "prequentialAccuracy": (correct / fitted if fitted and getattr(
-                self.learner, "task", "classification") == "classification" else None),
+            "task": self.learner.task,
+            "prequentialAccuracy": (correct / fitted if fitted and
+                                    self.learner.task == "classification" else None),
             "cumulativeLoss": loss, "meanLoss": loss / fitted if fitted else None,
             "metrics": report(quality, window) if quality else None,
             "protocol": proto,

@@ -816,7 +816,7 @@ class ShardedHub(PipelineHub):
                                   for spec, p in zip(self.request.pre_processors,
                                                      self.preprocessors)],
                 "trainingConfiguration": self.request.training_configuration}
-        limit = getattr(self.ctx, "max_request_bytes", None)
+        limit = self.ctx.max_request_bytes
         if limit is not None:
             size = len(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY))
             if size > limit:
