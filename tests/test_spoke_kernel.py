@@ -383,3 +383,31 @@ def test_a_group_that_does_not_fit_the_layout_is_taken_one_by_one():
     assert all_fit(Layout(2, None, None, "declared"), [[1.0, 2.0]] * 2, [1, 0.5])
     assert not all_fit(Layout(2, "int", [0, 1], "declared"), [[1.0, 2.0]], [0])  # classes
     assert not all_fit(Layout(), [[1.0, 2.0]], [0])  # pending
+
+
+def test_both_contexts_implement_every_member_the_network_context_declares():
+    """What a node may use of its kernel is declared once (``NetworkContext``); the hub's
+    and the spoke's contexts have every attribute and method of it, so nodes read them
+    directly instead of probing with ``getattr``."""
+    import inspect
+
+    from middleware.node import NetworkContext
+    from operators.hub_kernel import HubContext
+    from operators.spoke_kernel import SpokeContext
+
+    attributes = set(NetworkContext.__annotations__)
+    methods = {name for name, f in vars(NetworkContext).items()
+               if inspect.isfunction(f) and not name.startswith("_")}
+    assert {"max_request_bytes", "prediction_scores", "subtask"} <= attributes
+    assert {"send", "pause_stream", "emit", "crossing_ms", "paused_for"} <= methods
+    hub = HubContext(HubKernel(hub=0, n_spokes=2, subtask=3), network=7, index=0, n_hubs=1)
+    spoke = SpokeContext(SpokeKernel(1, 2, 1, hub_keys=[0], limits={"prediction_scores": True}),
+                         network=7, n_hubs=1)
+    for ctx in (hub, spoke):
+        missing = sorted(n for n in attributes | methods if not hasattr(ctx, n))
+        assert not missing, (type(ctx).__name__, missing)
+        assert all(callable(getattr(ctx, n)) for n in methods)
+    assert (hub.prediction_scores, hub.subtask, hub.crossing_ms(), hub.paused_for()) == \
+        (False, 3, None, None)
+    assert spoke.prediction_scores is True and spoke.paused_for() is None
+    assert spoke.max_request_bytes == hub.max_request_bytes == 1_000_000
