@@ -3,6 +3,7 @@ host, without Flink): a pipeline waiting on its hubs pauses only its own stream.
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import orjson
@@ -11,9 +12,10 @@ from learning.layout import REASONS
 from middleware import codec
 from operators import hub_kernel as hub_module
 from operators import spoke_kernel as spoke_module
-from operators.hub_kernel import HubKernel
+from middleware.node import NetworkContext
+from operators.hub_kernel import HubContext, HubKernel
 from middleware.codec import record_batch
-from operators.spoke_kernel import SpokeKernel
+from operators.spoke_kernel import SpokeContext, SpokeKernel
 
 
 class Wire:
@@ -389,12 +391,6 @@ def test_both_contexts_implement_every_member_the_network_context_declares():
     """What a node may use of its kernel is declared once (``NetworkContext``); the hub's
     and the spoke's contexts have every attribute and method of it, so nodes read them
     directly instead of probing with ``getattr``."""
-    import inspect
-
-    from middleware.node import NetworkContext
-    from operators.hub_kernel import HubContext
-    from operators.spoke_kernel import SpokeContext
-
     attributes = set(NetworkContext.__annotations__)
     methods = {name for name, f in vars(NetworkContext).items()
                if inspect.isfunction(f) and not name.startswith("_")}
