@@ -164,24 +164,24 @@ def tap_sum_reference(X, y, k: int, b: int, M: int, lr: float = 0.05,
 @pytest.mark.parametrize("protocol,m,p", [("Asynchronous", 1, 0.0), ("Asynchronous", 3, 0.0),
                                           ("SSP", 1, 0.0), ("EASGD", 1, 0.0), ("EASGD", 2, 0.0),
                                           ("Asynchronous", 1, 1.0), ("Asynchronous", 3, 0.5),
-                                          ("SSP", 2, 0.5)])
+                                          ("SSP", 2, 0.5), ("EASGD", 1, 0.5), ("EASGD", 2, 1.0)])
 def test_asynchronous_sum_adds_each_push_delta_from_what_that_spoke_was_answered(protocol, m, p):
     """... scaled by τ^−p under ``stalenessDamping`` = p (Zhang et al.'s η/τ at p = 1):
     round-robin records, each push answered at once, so every push after a spoke's first
-    missed the other two spokes' (τ = 2)."""
+    missed the other two spokes' (τ = 2). EASGD under ``sum`` is the same exchange."""
     k, b, M = 3, 4, 2
     X, y = regression(k * b * M * 15, seed=12)
     extra = {"staleness": 10_000} if protocol == "SSP" else {}
-    if protocol != "EASGD":
-        extra["stalenessDamping"] = p
+    extra["stalenessDamping"] = p
     net = network(create(protocol, hubs=m, batch=b, batches=M, aggregation="sum", **extra), k, m)
     stream(net, X, y, every=1)
     local, g = tap_sum_reference(X, y, k, b, M, p=p)
     assert np.max(np.abs(global_model(net) - g)) < 1e-12
     for s in range(k):
         assert np.max(np.abs(net.spokes[s].pipeline.learner.get_params() - local[s])) < 1e-12
-    if protocol != "EASGD":
-        assert net.query()["protocol"]["stalenessDamping"] == p
+    hub = net.query()["protocol"]
+    assert hub["stalenessDamping"] == p
+    assert hub["updateStaleness"] == {"p50": 2.0, "p95": 2.0, "max": 2}
 
 
 def test_staleness_damping_changes_nothing_under_average():

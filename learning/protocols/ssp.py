@@ -62,7 +62,9 @@ delta partly corrects what they already corrected, and the sum overshoots.
 (:func:`damping_factor`): p = 1 is Zhang et al.'s staleness-dependent learning rate η/τ
 (Staleness-aware Async-SGD, IJCAI 2016, cited by papers/002 §2.2.2), p = 0 leaves the
 delta as it is. Under ``average`` a push replaces the spoke's earlier contribution and
-nothing accumulates: p changes nothing, and Query reports 0.
+nothing accumulates: p changes nothing, and Query reports 0. The hub's side of this is
+:class:`StaleDeltaHub`, which EASGD's and Adaptive's hubs share: under ``sum`` their
+exchange is the same push.
 """
 
 from __future__ import annotations
@@ -77,8 +79,8 @@ from learning.protocols.parameters import Param, ProtocolParams
 from learning.protocols.sharding import ADDS_DELTAS, ShardedHub, ShardedSpoke, weighted_average
 from middleware import Promise, remote
 
-__all__ = ["StaleSynchronousSpoke", "StaleSynchronousHub", "STALENESS", "STALENESS_DAMPING",
-           "PARAMETERS", "DEFAULT_STALENESS", "damping_factor"]
+__all__ = ["StaleSynchronousSpoke", "StaleSynchronousHub", "StaleDeltaHub", "STALENESS",
+           "STALENESS_DAMPING", "PARAMETERS", "DEFAULT_STALENESS", "damping_factor"]
 
 #: ``trainingConfiguration.staleness``: s of the bound ``c − min_j c_j ≤ s`` (rounds)
 STALENESS = Param("staleness", int, 2, "s, rounds a spoke may run ahead of the slowest "
@@ -104,7 +106,76 @@ def damping_factor(missed: int | None, p: float) -> float:
     return float(max(1, missed)) ** -p
 
 
-class StaleSynchronousHub(ShardedHub):
+class StaleDeltaHub:
+    """The hub's side of stale deltas (module docstring, "Stale deltas"), mixed into a
+    :class:`~learning.protocols.sharding.ShardedHub` whose spokes push one at a time (SSP,
+    TAP, EASGD, Adaptive): per spoke the hub's update count when it was last answered, the
+    staleness τ of the last pushes, and the damping ``τ^−p`` of a delta under ``sum``.
+
+    Attributes
+    ----------
+    damping : float
+        ``stalenessDamping`` = p: under ``sum`` (and ``diversity``) a push's delta is scaled
+        by τ^−p; read with :attr:`damping_param`, whose default each protocol sets.
+    update_staleness : collections.deque[int] or None
+        Per push, idle ones left out (the last 10,000): the updates of this shard the
+        pushing spoke had not seen, i.e. the other spokes' pushes applied since it was last
+        answered (Zhang et al.'s staleness τ of a gradient, IJCAI 2016, cited by papers/002
+        §2.2.2; 0 for a spoke alone; a spoke's first push is not counted). Query reports
+        p50, p95 and the largest as ``updateStaleness``. None until the first push.
+    """
+
+    #: the declaration ``stalenessDamping`` is read with (TAP's has another default)
+    damping_param = STALENESS_DAMPING
+    damping = 0.0
+    # per-spoke update count at its last answer, and the staleness of the last pushes;
+    # class defaults for snapshots taken before they existed
+    _answered_at: dict | None = None
+    update_staleness: deque | None = None
+
+    def read_damping(self) -> None:
+        """(Re)read ``stalenessDamping`` from the training configuration."""
+        self.damping = self.damping_param.of(self.request.training_configuration)
+
+    def _missed(self, spoke: int) -> int | None:
+        """The updates of this shard spoke ``spoke`` has not seen: the pushes applied since
+        it was last answered (every spoke's, its own previous one excluded); None before its
+        first answer."""
+        answered = (self._answered_at or {}).get(spoke)
+        return None if answered is None else self.updates - answered
+
+    def note_missed(self, missed: int | None) -> None:
+        """Record the updates a push missed (nothing for a spoke's first)."""
+        if self.update_staleness is None:
+            self.update_staleness = deque(maxlen=10_000)
+        if missed is not None:
+            self.update_staleness.append(missed)
+
+    def damped(self, w_i: np.ndarray, base: np.ndarray, missed: int | None) -> np.ndarray:
+        """``base + τ^−p (w_i − base)``: a push's shard with its delta from ``base`` (the
+        shard the spoke was last answered with) scaled for the ``missed`` = τ updates it
+        had not seen; ``w_i`` itself when p = 0. Arrays ``(shard size,)`` float64."""
+        if not self.damping:
+            return w_i
+        return base + damping_factor(missed, self.damping) * (w_i - base)
+
+    def note_answered(self, spoke: int) -> None:
+        """Spoke ``spoke`` is answered now: its next push misses what is applied after."""
+        if self._answered_at is None:
+            self._answered_at = {}
+        self._answered_at[spoke] = self.updates
+
+    def staleness_statistics(self) -> dict:
+        """``stalenessDamping`` (0 under ``average``, where it changes nothing) and
+        ``updateStaleness`` (p50, p95, max; None before a second push) for Query."""
+        tau = np.asarray(self.update_staleness or [], dtype=np.float64)
+        return {"stalenessDamping": self.damping if self.aggregation in ADDS_DELTAS else 0.0,
+                "updateStaleness": None if not tau.size else {
+                    "p50": float(np.percentile(tau, 50)),
+                    "p95": float(np.percentile(tau, 95)), "max": int(tau.max())}}
+
+
+class StaleSynchronousHub(StaleDeltaHub, ShardedHub):
     """An SSP shard: latest contribution of every spoke, clocks, held answers.
 
     Attributes
@@ -124,36 +195,24 @@ class StaleSynchronousHub(ShardedHub):
         The largest ``c − min_j c_j`` of any push when it was answered (never > staleness).
     held : int
         Answers that had to wait for the slowest spoke.
-    update_staleness : collections.deque[int] or None
-        Per push, idle ones left out (the last 10,000): the updates of this shard the
-        pushing spoke had not seen, i.e. the other spokes' pushes applied since it was last
-        answered (Zhang et al.'s staleness τ of a gradient, IJCAI 2016, cited by papers/002
-        §2.2.2; 0 for a spoke alone; a spoke's first push is not counted). Query reports
-        p50, p95 and the largest as ``updateStaleness``. None until the first push.
+    update_staleness, damping
+        As :class:`StaleDeltaHub`.
     push_records : collections.deque[int] or None
         Per push, idle ones left out (the last 10,000): the records the spoke fitted since
         its previous push (a round's length in records); Query reports p50 and p95 as
         ``recordsPerPush``.
-    damping : float
-        ``stalenessDamping`` = p: under ``sum`` a push's delta is scaled by τ^−p.
     """
 
     bounded = True
-    #: the declaration ``stalenessDamping`` is read with (TAP's has another default)
-    damping_param = STALENESS_DAMPING
     # immutable, replaced on change; a class default for snapshots taken before it existed
     idle_spokes: frozenset = frozenset()
-    damping = 0.0
-    # per-spoke update count at its last answer, and the staleness of the last pushes;
-    # class defaults for snapshots taken before they existed
-    _answered_at: dict | None = None
-    update_staleness: deque | None = None
+    # the records of the last pushes; a class default for snapshots taken before it existed
     push_records: deque | None = None
 
     def __init__(self, request) -> None:
         super().__init__(request)
         self.staleness = STALENESS.of(request.training_configuration)
-        self.damping = self.damping_param.of(request.training_configuration)
+        self.read_damping()
         self.clocks: dict[int, int] = {}
         self.max_lead = 0
         self.held = 0
@@ -163,7 +222,7 @@ class StaleSynchronousHub(ShardedHub):
     def update(self, request) -> None:
         super().update(request)
         self.staleness = STALENESS.of(self.request.training_configuration)
-        self.damping = self.damping_param.of(self.request.training_configuration)
+        self.read_damping()
         self._release()
 
     def min_clock(self) -> int:
@@ -203,9 +262,8 @@ class StaleSynchronousHub(ShardedHub):
         if self.aggregation in ADDS_DELTAS:
             [w_i] = self.align([(shard, layout)])
             base = self.base_of(spoke)
-            if self.damping:  # scale the stale delta (module docstring, "Stale deltas")
-                w_i = base + damping_factor(missed, self.damping) * (w_i - base)
-            self.set_shard(self.sum_of_deltas([w_i], [base]))
+            # the stale delta scaled (module docstring, "Stale deltas")
+            self.set_shard(self.sum_of_deltas([self.damped(w_i, base, missed)], [base]))
         else:
             order = sorted(self._latest)
             vectors = self.align([self._latest[i][:2] for i in order])
@@ -224,21 +282,12 @@ class StaleSynchronousHub(ShardedHub):
         self._waiting.append((spoke, clock, p))
         return p
 
-    def _missed(self, spoke: int) -> int | None:
-        """The updates of this shard spoke ``spoke`` has not seen: the pushes applied since
-        it was last answered (every spoke's, its own previous one excluded); None before its
-        first answer."""
-        answered = (self._answered_at or {}).get(spoke)
-        return None if answered is None else self.updates - answered
-
     def _note_staleness(self, records: int, missed: int | None) -> None:
         """Record a push's records and the updates it missed (nothing for a spoke's first)."""
-        if self.update_staleness is None:
-            self.update_staleness = deque(maxlen=10_000)
+        if self.push_records is None:
             self.push_records = deque(maxlen=10_000)
         self.push_records.append(records)
-        if missed is not None:
-            self.update_staleness.append(missed)
+        self.note_missed(missed)
 
     def _within_bound(self, clock: int) -> bool:
         """Whether a push at ``clock`` may be answered now: ``clock − min_j c_j ≤ staleness``,
@@ -250,9 +299,7 @@ class StaleSynchronousHub(ShardedHub):
         self.max_lead = max(self.max_lead, lead)
         shard = self.shard()
         self.remember_base(spoke, shard)
-        if self._answered_at is None:
-            self._answered_at = {}
-        self._answered_at[spoke] = self.updates
+        self.note_answered(spoke)
         return self.answer(shard, self.min_clock(), self.clocks.get(spoke, clock))
 
     def _release(self) -> None:
@@ -268,13 +315,9 @@ class StaleSynchronousHub(ShardedHub):
         out = super().global_statistics()
         if self.bounded:
             out["staleness"] = self.staleness
-        out["stalenessDamping"] = self.damping if self.aggregation in ADDS_DELTAS else 0.0
-        tau = np.asarray(self.update_staleness or [], dtype=np.float64)
+        out.update(self.staleness_statistics())
         out.update({"clocks": [self.clocks.get(i, 0) for i in range(self.n_peers)],
                     "maxLead": self.max_lead, "heldAnswers": self.held,
-                    "updateStaleness": None if not tau.size else {
-                        "p50": float(np.percentile(tau, 50)),
-                        "p95": float(np.percentile(tau, 95)), "max": int(tau.max())},
                     "recordsPerPush": None if not self.push_records else {
                         "p50": float(np.percentile(self.push_records, 50)),
                         "p95": float(np.percentile(self.push_records, 95))}})
