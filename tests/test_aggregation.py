@@ -184,13 +184,15 @@ def test_asynchronous_sum_adds_each_push_delta_from_what_that_spoke_was_answered
     assert hub["updateStaleness"] == {"p50": 2.0, "p95": 2.0, "max": 2}
 
 
-def test_staleness_damping_changes_nothing_under_average():
-    """Under ``average`` a push replaces its spoke's contribution: nothing accumulates to
-    damp, the model is the same with p = 1 as with p = 0, and Query reports 0."""
+@pytest.mark.parametrize("protocol", ["Asynchronous", "EASGD"])
+def test_staleness_damping_changes_nothing_under_average(protocol):
+    """Under ``average`` a push replaces its spoke's contribution (EASGD: the elastic step
+    moves the centre): nothing accumulates to damp, the model is the same with p = 1 as
+    with p = 0, and Query reports 0."""
     X, y = regression(3 * 4 * 2 * 10, seed=14)
     models = []
     for p in (0.0, 1.0):
-        net = network(create("Asynchronous", batch=4, batches=2, aggregation="average",
+        net = network(create(protocol, batch=4, batches=2, aggregation="average",
                              stalenessDamping=p), 3, 1)
         stream(net, X, y, every=1)
         models.append(global_model(net))
