@@ -102,7 +102,7 @@ class ElasticAveragingHub(StaleDeltaHub, ShardedHub):
         """
         [w_i] = self.align([(shard, layout)])
         centre = self.shard()
-        missed = self._missed(spoke)
+        missed = self.missed_updates(spoke)
         self.note_missed(missed)
         if self.aggregation in ADDS_DELTAS:
             base = self.base_of(spoke)

@@ -137,7 +137,7 @@ class StaleDeltaHub:
         """(Re)read ``stalenessDamping`` from the training configuration."""
         self.damping = self.damping_param.of(self.request.training_configuration)
 
-    def _missed(self, spoke: int) -> int | None:
+    def missed_updates(self, spoke: int) -> int | None:
         """The updates of this shard spoke ``spoke`` has not seen: the pushes applied since
         it was last answered (every spoke's, its own previous one excluded); None before its
         first answer."""
@@ -256,7 +256,7 @@ class StaleSynchronousHub(StaleDeltaHub, ShardedHub):
             self.idle_spokes = self.idle_spokes - {spoke}
         self.clocks[spoke] = max(self.clocks.get(spoke, 0), clock)
         self._latest[spoke] = (shard, layout, int(records))
-        missed = self._missed(spoke)
+        missed = self.missed_updates(spoke)
         if not idle:
             self._note_staleness(int(records), missed)
         if self.aggregation in ADDS_DELTAS:
