@@ -168,6 +168,7 @@ class SessionCluster:
         self.conf.update(extra_conf or {})
         self._write_conf()
         self._started = False
+        self._launched = ""  # the start scripts' output, for error messages
 
     # ------------------------------------------------------------------ configuration
 
@@ -262,18 +263,25 @@ class SessionCluster:
         return p
 
     def _launch(self, names: Iterable[str]) -> None:
-        """Run several ``bin/*.sh start`` in parallel (each spends seconds in helper JVMs)."""
+        """Run several ``bin/*.sh start`` in parallel (each spends seconds in helper JVMs);
+        their output is kept in ``_launched`` for a later error message."""
         procs = [(n, subprocess.Popen(["bash", str(FLINK_HOME / "bin" / n), "start"],
                                       env=self.env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       text=True, start_new_session=True)) for n in names]
-        errors = []
+        errors, said = [], []
         for n, p in procs:
             out, _ = p.communicate(timeout=120)
+            said.append(f"===== {n} start (exit {p.returncode})\n{out.strip()}")
             if p.returncode != 0:
                 errors.append(f"{n} start exited with {p.returncode}:\n{out}")
+        self._launched = "\n".join(said)
         if errors:
             raise ClusterError("\n".join(errors) + "\n" + self.log_tail())
+
+    def _jobmanager_logged(self) -> bool:
+        """Whether the JobManager's JVM got as far as its log file."""
+        return any(self.log_dir.glob(f"flink-{_IDENT}-standalonesession-*.log"))
 
     def start(self, timeout: float = 120, port_retries: int = 2) -> "SessionCluster":
         """Start the JobManager and the TaskManagers; wait until all TaskManagers registered.
@@ -281,7 +289,9 @@ class SessionCluster:
         The REST and RPC ports were free when this object was made (:func:`free_port`); a
         process that takes one before the JobManager binds it (the JobManager dies with a
         ``java.net.BindException``; seen once in CI) makes the start try again on fresh
-        ports, ``port_retries`` times at most.
+        ports, ``port_retries`` times at most. So does a JobManager that died before its
+        JVM wrote a log line (seen once in CI, 2026-11-28: an empty ``.out`` and no log,
+        the TaskManagers starting); the error then carries the start scripts' output.
 
         Raises
         ------
@@ -297,9 +307,11 @@ class SessionCluster:
                 self.wait_for_taskmanagers(self.n_taskmanagers, timeout=timeout)
                 return self
             except ClusterError as e:
-                if attempt < port_retries and "java.net.BindException" in str(e):
-                    log.warning("JobManager could not bind its ports (%d, %d); again on "
-                                "fresh ones", self.rest_port, self.rpc_port)
+                if attempt < port_retries and ("java.net.BindException" in str(e) or
+                                               "died before it wrote its log" in str(e)):
+                    log.warning("JobManager could not bind its ports (%d, %d) or died before "
+                                "its log; again on fresh ones:\n%s", self.rest_port,
+                                self.rpc_port, str(e)[:4000])
                     self._halt()
                     self.rest_port, self.rpc_port = free_port(), free_port()
                     self.conf.update({"rest.port": self.rest_port,
@@ -320,7 +332,9 @@ class SessionCluster:
         last = "no answer"
         while time.monotonic() < deadline:
             if not self._alive(self._pids("standalonesession")):
-                raise ClusterError(f"the JobManager died\n{self.log_tail()}")
+                early = "" if self._jobmanager_logged() else " before it wrote its log"
+                raise ClusterError(f"the JobManager died{early}\n{self._launched}\n"
+                                   f"{self.log_tail()}")
             try:
                 tms = self.get("/taskmanagers")["taskmanagers"]
                 # a TaskManager is listed before its slot report reached the slot manager,

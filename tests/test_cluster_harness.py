@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from deploy.broker import free_port
-from deploy.cluster import SessionCluster
+from deploy.cluster import ClusterError, SessionCluster
 
 PY = sys.executable
 
@@ -184,3 +184,23 @@ def test_a_rest_port_taken_before_the_jobmanager_binds_it_is_replaced():
             assert len(c.get("/taskmanagers")["taskmanagers"]) == 1
         finally:
             c.stop()
+
+
+def test_a_jobmanager_that_dies_before_its_log_is_started_again_and_then_explained(caplog):
+    """A JobManager JVM that dies before it writes its log (a fresh-clone CI run lost one
+    so, with an empty ``.out`` and no log to tell why) is started again; when it dies so
+    every time, the error says so and carries the start scripts' and the JVM's own output."""
+    c = SessionCluster(taskmanagers=1, slots=1,
+                       extra_conf={"env.java.opts.jobmanager": "-Xss1k"})  # too small to start
+    try:
+        with pytest.raises(ClusterError) as raised:
+            c.start(timeout=60, port_retries=1)
+    finally:
+        c.stop()
+    message = str(raised.value)
+    assert "the JobManager died before it wrote its log" in message
+    assert "===== jobmanager.sh start (exit 0)" in message
+    assert "stack size" in message  # the JVM's complaint, from its .out file
+    assert not c._marked_pids()  # the failed start left no process behind
+    retried = [r for r in caplog.records if "died before its log" in r.getMessage()]
+    assert len(retried) == 1  # port_retries=1: one more start, then the error
