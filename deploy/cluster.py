@@ -199,6 +199,11 @@ class SessionCluster:
             "restart-strategy.fixed-delay.delay": "1 s",
             "heartbeat.interval": 2000,
             "heartbeat.timeout": 10000,
+            # an RPC service (Pekko's remoting) that takes longer than this to start fails
+            # its JVM; the default, 10 s, was not enough for a replacement TaskManager started
+            # while a restarting job loaded both cores (a fresh-clone CI run, 2026-11-28:
+            # "Could not create actor system", remoting started 12.5 s after it began)
+            "pekko.startup-timeout": "60 s",
             "resourcemanager.taskmanager-timeout": 30000,
             # a TaskManager that starts before the ResourceManager is up retries after this
             # delay (default 10 s, which was most of the start-up time)

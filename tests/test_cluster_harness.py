@@ -87,6 +87,9 @@ def test_start_submit_and_finish(cluster, tmp_path):
     # everything under the cluster's own directory, nothing in site-packages
     assert (cluster.conf_dir / "config.yaml").is_file()
     assert any(cluster.log_dir.glob("flink-*-taskexecutor-1-*.log"))
+    # RPC services get a minute to start on a loaded machine (deploy/cluster.py)
+    config = {e["key"]: e["value"] for e in cluster.get("/jobmanager/config")}
+    assert config["pekko.startup-timeout"] == "60 s"
 
     script = tmp_path / "bounded.py"
     script.write_text(BOUNDED)
