@@ -63,7 +63,7 @@ __all__ = ["create_environment", "build_job", "kafka_table_options", "LOCAL_JVM_
 #: touched at the start, so that a long-lived local job's resident memory stays flat. With
 #: the JVM's defaults G1 committed more heap in steps while the heap in use stayed the same,
 #: and a soak's JVM grew 10–15% after its first minute in three runs of five; with these,
-#: +0.003% (thread mode, 20,000,000 records) and +0.1% (process mode, 10,000,000) at the
+#: +0.04% (thread mode, 20,000,000 records) and +0.05% (process mode, 10,000,000) at the
 #: same records/s, the JVM about 1.4–1.7 GiB from the start (docs/performance.md, "Soak").
 #: The heap may still grow past 1 GiB (the maximum stays the JVM's default, a quarter of
 #: the machine's memory).
