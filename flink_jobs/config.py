@@ -140,8 +140,13 @@ class JobConfig:
     max_batch_records : int
         A batch leaves when it holds this many records. A spoke answers hub messages only
         between batches, so smaller batches shorten the feedback round trip under full
-        load and cost throughput (measured: 100 records, 50,000 records/s and 18 ms p50;
-        1,000 records, 58,000–64,000 records/s and 35–50 ms p50).
+        load; below some size they cost throughput. Measured (2026-11-28, night,
+        ``benchmarks/e2e.py --modes thread,process --per-message 1,50 --delays 1``, two
+        invocations each, alternated): at 250, thread mode at 1 record per message 4.06×
+        and 4.25× the peer with the round trip at 8.2 and 8.0 ms p50, against 3.95× and
+        4.36× at 12.3 and 12.7 ms at 1,000; the other rows within their spread (thread at
+        50 per message 5.57–6.17× against 5.75–5.79×, process 3.78–4.12× and 4.61–5.36×
+        against 3.39–3.68× and 4.55–5.07×). At 100: 3.82× and 7.5 ms.
     max_batch_bytes : int
         A batch leaves when its records hold this many bytes.
     sharding : str
@@ -252,7 +257,7 @@ class JobConfig:
     bundle_size: int = 1000
     bundle_time_ms: int = 10
     max_batch_delay_ms: int = 1
-    max_batch_records: int = 1000
+    max_batch_records: int = 250
     max_batch_bytes: int = 1 << 20
     sharding: str = "random"
     sharding_warmup: int = 1000

@@ -46,7 +46,7 @@ HELD_AT_MOST_PER_QUORUM = 4096
 #: Forecasting records a spoke keeps, at most, before it predicts them in one call
 #: (:meth:`PipelineSpoke.settle_forecasts`; the model does not change between them, so one
 #: matrix product answers them all): a bound on what a long run of forecasts holds, not a
-#: tuned value (a crossing brings ``max_batch_records``, 1,000, at most). The gain, on
+#: tuned value (a crossing brings ``max_batch_records``, 250 by default, at most). The gain, on
 #: Shuttle's demo pipeline: docs/performance.md, "Forecasts predicted together".
 FORECASTS_PER_CALL = 256
 #: Records of one Kafka message (a JSON array), at least, that a pipeline takes as a group
