@@ -86,6 +86,7 @@ def _demo(args: argparse.Namespace) -> int:
                        checkpoint_interval_ms=args.checkpoint_interval_ms,
                        exactly_once_outputs=args.exactly_once_outputs,
                        max_batch_delay_ms=args.max_batch_delay_ms,
+                       max_batch_records=args.max_batch_records,
                        spoke_parallelism=args.spoke_parallelism, **sharding_settings(args))
     print(orjson.dumps(summary).decode(), flush=True)
     return 0
@@ -131,6 +132,7 @@ def _serve(args: argparse.Namespace) -> int:
                        checkpoint_interval_ms=args.checkpoint_interval_ms,
                        exactly_once_outputs=args.exactly_once_outputs,
                        max_batch_delay_ms=args.max_batch_delay_ms,
+                       max_batch_records=args.max_batch_records,
                        spoke_parallelism=local_spoke_parallelism(args.spoke_parallelism, args.mode),
                        prediction_scores=args.prediction_scores,
                        prediction_arrays=args.prediction_arrays, **sharding_settings(args),
@@ -700,6 +702,10 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                        help="data records bound for one spoke cross into Python together, "
                             "batched in Java for at most this many ms (default "
                             f"{JobConfig.max_batch_delay_ms}; 0: one record per crossing)")
+        p.add_argument("--max-batch-records", type=int, default=JobConfig.max_batch_records,
+                       help="records per batch at most (default "
+                            f"{JobConfig.max_batch_records}; a spoke answers its hubs between "
+                            "batches)")
 
     def sharding(p: argparse.ArgumentParser) -> None:
         add_sharding_arguments(p)

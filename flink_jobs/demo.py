@@ -47,12 +47,13 @@ def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int
              records_per_message: int = 1, mini_batch_size: int = 32, mini_batches: int = 4,
              timeout: float = 300.0, progress: bool = True, topic_prefix: str = "",
              checkpoint_interval_ms: int = 0, exactly_once_outputs: bool = False,
-             max_batch_delay_ms: int | None = None, spoke_parallelism: int | None = None,
-             out=sys.stdout, **sharding) -> dict[str, Any]:
+             max_batch_delay_ms: int | None = None, max_batch_records: int | None = None,
+             spoke_parallelism: int | None = None, out=sys.stdout, **sharding) -> dict[str, Any]:
     """Run the demo; returns the summary that the command prints as its last line.
     ``checkpoint_interval_ms`` > 0 turns checkpoints on (in memory on the MiniCluster);
     ``exactly_once_outputs`` (needs checkpoints) writes the outputs in transactions;
-    ``max_batch_delay_ms`` (default: :class:`JobConfig`'s) batches records in Java;
+    ``max_batch_delay_ms`` and ``max_batch_records`` (default: :class:`JobConfig`'s)
+    batch records in Java;
     ``spoke_parallelism`` (:class:`JobConfig`'s; None: :func:`~flink_jobs.config.
     local_spoke_parallelism`'s, 1 in thread mode) deals the spokes over fewer subtasks;
     ``sharding`` takes :class:`JobConfig`'s ``sharding*`` fields.
@@ -76,8 +77,9 @@ def run_demo(*, bootstrap_servers: str | None = None, spokes: int = 2, hubs: int
                            exactly_once_outputs=exactly_once_outputs,
                            spoke_parallelism=local_spoke_parallelism(spoke_parallelism,
                                                                      execution_mode),
-                           **({} if max_batch_delay_ms is None
-                              else {"max_batch_delay_ms": max_batch_delay_ms}), **sharding)
+                           **{k: v for k, v in (("max_batch_delay_ms", max_batch_delay_ms),
+                                                ("max_batch_records", max_batch_records))
+                              if v is not None}, **sharding)
         print(f"broker {servers}" + (f" (embedded: {broker.engine})" if broker else "")
               + f"; job: {spokes} spokes"
               + (f" on {cfg.spoke_subtasks} subtask(s)" if cfg.spoke_subtasks < spokes else "")

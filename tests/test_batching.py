@@ -53,6 +53,25 @@ def test_flink_run_takes_the_batch_options():
     assert (cfg.max_batch_delay_ms, cfg.max_batch_records) == (7, 50)
 
 
+def test_serve_and_demo_take_the_batch_options_and_a_config_file_sets_them(tmp_path):
+    """``omldm serve`` and ``omldm demo`` take both batch bounds as flink_run.py does; a
+    ``--config`` file's ``max_batch_records`` becomes serve's default, a flag wins."""
+    from flink_jobs.cli import _parser
+    from flink_jobs.config_file import load_config_file
+
+    for command in ("serve", "demo"):
+        args = _parser().parse_args([command])
+        assert (args.max_batch_delay_ms, args.max_batch_records) == (1, 250)
+        args = _parser().parse_args([command, "--max-batch-delay-ms", "3",
+                                     "--max-batch-records", "64"])
+        assert (args.max_batch_delay_ms, args.max_batch_records) == (3, 64)
+    (tmp_path / "omldm.yaml").write_text("max_batch_records: 100\n")
+    settings = load_config_file(tmp_path / "omldm.yaml")
+    assert _parser(settings).parse_args(["serve"]).max_batch_records == 100
+    assert _parser(settings).parse_args(
+        ["serve", "--max-batch-records", "40"]).max_batch_records == 40
+
+
 def test_the_batcher_is_compiled_from_its_source_into_a_cached_jar():
     jar = omldm_jar()
     assert jar.name.startswith("omldm-java-") and omldm_jar() == jar  # cached by content

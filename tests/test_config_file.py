@@ -158,3 +158,20 @@ def test_the_example_deployment_file_is_valid():
     path = Path(__file__).parent.parent / "deploy" / "omldm.example.yaml"
     settings = load_config_file(path)
     assert settings["kafka"]["bootstrap_servers"]
+
+
+def test_the_example_deployment_file_shows_the_defaults():
+    """Every job setting ``deploy/omldm.example.yaml`` gives is :class:`JobConfig`'s
+    default, so that deploying with the file changes nothing a default was measured for
+    (it set ``max_batch_records`` 1,000 after the default became 250)."""
+    import dataclasses
+    from pathlib import Path
+
+    from flink_jobs.config import JobConfig
+
+    path = Path(__file__).parent.parent / "deploy" / "omldm.example.yaml"
+    defaults = JobConfig("k:9092")
+    fields = {f.name for f in dataclasses.fields(JobConfig)}
+    given = {k: v for k, v in load_config_file(path).items() if k in fields}
+    assert "max_batch_records" in given
+    assert {k: v for k, v in given.items() if getattr(defaults, k) != v} == {}
