@@ -61,7 +61,8 @@ def test_serve_and_demo_take_the_batch_options_and_a_config_file_sets_them(tmp_p
 
     for command in ("serve", "demo"):
         args = _parser().parse_args([command])
-        assert (args.max_batch_delay_ms, args.max_batch_records) == (1, 250)
+        assert (args.max_batch_delay_ms, args.max_batch_records) == \
+            (JobConfig.max_batch_delay_ms, JobConfig.max_batch_records)
         args = _parser().parse_args([command, "--max-batch-delay-ms", "3",
                                      "--max-batch-records", "64"])
         assert (args.max_batch_delay_ms, args.max_batch_records) == (3, 64)
