@@ -17,7 +17,7 @@ from learning import PAClassifier, StandardScaler
 from learning.errors import RequestError
 from learning.protocols import make_spoke
 from learning.protocols.sharding import (AGGREGATIONS, DEFAULT_AGGREGATION, aggregation_of,
-                                         diversity_scale)
+                                         class_diversity_scales, diversity_scale, shard_bounds)
 from learning.requests import parse_request
 from tests.test_protocols import (_least_squares_registered, centralized_sgd, create,  # noqa: F401
                                   global_model, network, regression, round_robin_pushes,
@@ -132,6 +132,74 @@ def test_diversity_averages_a_round_in_which_every_spoke_learned_the_same_record
     assert np.max(np.abs(models["diversity"] - models["average"])) < 1e-12
     assert np.max(np.abs(models["diversity"] - centralized_sgd(X, y, 1))) < 1e-12
     assert q["protocol"]["diversityScale"] == pytest.approx(1 / k)
+
+
+def test_class_diversity_scales_take_every_class_block_alone():
+    """Per class block of ``width`` entries, the scale is :func:`diversity_scale` of the
+    deltas' parts in it: the average for a block in which every spoke made the same
+    correction, the sum for one in which each made its own, within a shard too (its first
+    entry at ``offset``, blocks cut at its edges)."""
+    rng = np.random.default_rng(23)
+    k, width = 4, 5
+    same = rng.normal(size=width)
+    own = np.eye(width)[:k] * rng.uniform(0.5, 2, size=(k, 1))
+    mixed = rng.normal(size=(k, width))
+    deltas = [np.concatenate([same, own[i], mixed[i]]) for i in range(k)]
+    total = np.sum(deltas, axis=0)
+    scales, mean = class_diversity_scales(deltas, total, width)
+    expected = [1 / k, 1.0, diversity_scale(list(mixed))]
+    assert scales == pytest.approx(np.repeat(expected, width))
+    assert mean == pytest.approx(np.mean(expected))
+    # a shard from entry 7 to 13: the rest of block 1 (entries 7-9), then block 2's first 4
+    part = [d[7:14] for d in deltas]
+    scales, _ = class_diversity_scales(part, np.sum(part, axis=0), width, offset=7)
+    assert scales[:3] == pytest.approx(diversity_scale([d[:3] for d in part]))
+    assert scales[3:] == pytest.approx(diversity_scale([d[3:] for d in part]))
+    # a block the deltas do not move keeps scale 1 and does not count in the mean
+    still = [np.concatenate([d[:10], np.zeros(width)]) for d in deltas]
+    scales, mean = class_diversity_scales(still, np.sum(still, axis=0), width)
+    assert np.all(scales[10:] == 1.0) and mean == pytest.approx(np.mean(expected[:2]))
+    with pytest.raises(ValueError):
+        class_diversity_scales([], total, width)
+    with pytest.raises(ValueError):
+        class_diversity_scales(deltas, total, 0)
+
+
+@pytest.mark.parametrize("m", [1, 2])
+def test_a_diversity_round_scales_each_class_of_pa_by_its_own_overlap(m):
+    """One BSP round of three PA spokes (3 classes, one record each, two of them the same
+    record): the hubs add the spokes' deltas scaled per class row within each hub's shard
+    (``diversityBlocks: class``, the default), or by one β per hub (``model``), and a Query
+    names the scope."""
+    k, width = 3, 5
+    learner = {"name": "PA", "hyperParameters": {"C": 1.0, "mode": 1},
+               "parameters": {"n_features": 4, "classes": [0, 1, 2]}}
+    X = np.array([[1.0, 0.0, 0.5, 0.0], [1.0, 0.0, 0.5, 0.0], [0.0, 0.0, 1.0, -1.0]])
+    y = np.array([0, 0, 2])
+    deltas = []  # each spoke's delta from the zero model they all start from
+    for i in range(k):
+        ref = make_spoke(parse_request(create("Synchronous", hubs=m, batch=1,
+                                              learner=learner))).pipeline.learner
+        ref.fit(X[i:i + 1], [int(y[i])])
+        deltas.append(ref.get_params())
+    total = np.sum(deltas, axis=0)
+    models = {}
+    for scope in ("class", "model"):
+        net = network(create("Synchronous", hubs=m, batch=1, learner=learner,
+                             aggregation="diversity", diversityBlocks=scope), k, m)
+        stream(net, X, y, every=1)
+        models[scope] = global_model(net)
+        q = net.query()
+        assert q["protocol"]["diversityBlocks"] == scope
+    expected = {"class": [], "model": []}
+    for lo, hi in shard_bounds(total.size, m):
+        part = [d[lo:hi] for d in deltas]
+        expected["class"].append(class_diversity_scales(part, total[lo:hi], width, lo)[0]
+                                 * total[lo:hi])
+        expected["model"].append(diversity_scale(part) * total[lo:hi])
+    for scope in ("class", "model"):
+        assert models[scope] == pytest.approx(np.concatenate(expected[scope]), abs=1e-12)
+    assert not np.allclose(models["class"], models["model"])
 
 
 def test_the_experiment_offers_every_rule():

@@ -350,6 +350,13 @@ class Learner(Component, abc.ABC):
         """JSON-safe description of what the entries of :meth:`get_params` mean."""
         return {"size": int(self.get_params().size)}
 
+    def class_block_width(self) -> int | None:
+        """Entries of :meth:`get_params` per class when the vector is one block per class
+        (a multi-class linear model's rows ``[W_c | b_c]``), else None (the default): the
+        ``diversity`` rule takes its scale per block (``trainingConfiguration.
+        diversityBlocks``, :mod:`learning.protocols.sharding`)."""
+        return None
+
     def grow(self, layout: dict) -> None:
         """Extend the model so that a vector in ``layout`` projects into it losslessly."""
         if layout != self.layout():

@@ -305,6 +305,12 @@ class LinearClassifier(Learner, abc.ABC):
         ``[W_k | b_k]`` of ``classes[k]``."""
         return {"classes": list(self.classes), "n_features": self.n_features}
 
+    def class_block_width(self) -> int | None:
+        """``n_features + 1`` (a row ``[W_k | b_k]``) once there are two classes or more and
+        the width is known, else None."""
+        K, width = self._Wb.shape
+        return int(width) if K >= 2 and self.n_features else None
+
     def grow(self, layout: dict) -> None:
         """Add the classes of ``layout`` this model lacks (zero rows), learn ``n_features``.
 

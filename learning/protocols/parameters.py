@@ -4,7 +4,8 @@ with its name, type, default, allowed interval or choices and a one-line descrip
 
 - :data:`TRAINING_PARAMETERS`: the keys every pipeline has (``protocol``,
   ``hubParallelism``, ``miniBatchSize``, ``miniBatches``, ``window`` and ``epochs``
-  (:class:`learning.protocols.base.PipelineSpoke`), ``layoutQuorum``, ``aggregation``,
+  (:class:`learning.protocols.base.PipelineSpoke`), ``layoutQuorum``, ``aggregation`` and
+  ``diversityBlocks`` (:mod:`learning.protocols.sharding`),
   ``scaling``: :mod:`learning.scaling`; ``metricsWindow``: :mod:`learning.metrics`);
 - each protocol's own, in its module (e.g. :data:`learning.protocols.ssp.PARAMETERS`), as a
   :class:`ProtocolParams`; :func:`learning.protocols.register_protocol` binds it to the
@@ -359,6 +360,10 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
           "§2.1, beta = 1) or diversity (rounds: beta = the deltas' gradient diversity, Yin et "
           "al. 2018, in [1/k, 1]; a lone push as sum); default per learner",
           choices=("average", "sum", "diversity")),
+    Param("diversityBlocks", str, "class", "under aggregation diversity, what beta is taken "
+          "over: class (one beta per class's block [W_c | b_c] of a multi-class linear model, "
+          "within each hub's shard; other learners: as model) or model (one beta per hub)",
+          choices=("class", "model")),
     Param("scaling", str, "none", "what n spokes divide (papers/001 §II-C): batch: "
           "miniBatchSize is the global B, a spoke fits max(1, round(B/n)) (eq. 3); "
           "learning-rate: the learner's step size / n (eq. 4; learning_rate, PA's C); both",
