@@ -59,11 +59,12 @@ update as the weighted summation ``w̃ ← α·w̃ + β·Σ_i Δ_i`` of the spok
   corrections overlap differs from class to class: a class that every spoke confused
   alike is averaged while another, corrected by one spoke, is summed. PA on digits (10
   classes), FDA and EVENFLOW under ``diversity`` at the thresholds of 1/4.6–1/6.4 of
-  BSP's bytes, in process with messages every 150 records, seeds 0–2: 0.0015–0.0028
-  closer to the centralized learner per class than per model (e.g. FDA naive at 0.04:
-  −0.0180 against −0.0208); RandomRBF (5 classes): 0.0005–0.0016 closer; LED (10
-  classes, 7 features): within 0.0003 either way; one β per entry was no better than one
-  per model (−0.0206 there). A binary model's two rows move by opposite steps, so its
+  BSP's bytes, in process with messages every 150 records, seeds 0–2
+  (``benchmarks/tune_thresholds.py --seeds 0,1,2 --diversity-blocks class|model``):
+  0.0013–0.0028 closer to the centralized learner per class than per model (e.g. FDA
+  naive at 0.04: −0.0180 against −0.0208); RandomRBF (5 classes): up to 0.0016 closer;
+  LED (10 classes, 7 features): within 0.0006 either way; one β per entry (tried, not
+  kept) was no better than one per model (−0.0206 there). A binary model's two rows move by opposite steps, so its
   ``β`` is the model's. A push that arrives alone (TAP, SSP, EASGD, Adaptive) has
   nothing to be diverse from and is added as under ``sum``.
 
