@@ -132,6 +132,8 @@ def test_diversity_averages_a_round_in_which_every_spoke_learned_the_same_record
     assert np.max(np.abs(models["diversity"] - models["average"])) < 1e-12
     assert np.max(np.abs(models["diversity"] - centralized_sgd(X, y, 1))) < 1e-12
     assert q["protocol"]["diversityScale"] == pytest.approx(1 / k)
+    # a learner without class blocks (least squares) takes one β per hub, whatever the scope
+    assert q["protocol"]["diversityBlocks"] == "model"
 
 
 def test_class_diversity_scales_take_every_class_block_alone():

@@ -64,9 +64,9 @@ update as the weighted summation ``w̃ ← α·w̃ + β·Σ_i Δ_i`` of the spok
   0.0013–0.0028 closer to the centralized learner per class than per model (e.g. FDA
   naive at 0.04: −0.0180 against −0.0208); RandomRBF (5 classes): up to 0.0016 closer;
   LED (10 classes, 7 features): within 0.0006 either way; one β per entry (tried, not
-  kept) was no better than one per model (−0.0206 there). A binary model's two rows move by opposite steps, so its
-  ``β`` is the model's. A push that arrives alone (TAP, SSP, EASGD, Adaptive) has
-  nothing to be diverse from and is added as under ``sum``.
+  kept) was no better than one per model (−0.0206 there). A binary model's two rows move
+  by opposite steps, so its ``β`` is the model's. A push that arrives alone (TAP, SSP,
+  EASGD, Adaptive) has nothing to be diverse from and is added as under ``sum``.
 
 Averaging rounds (BSP, FDA, EVENFLOW) start every spoke from the hub's ``w̃``, so a round
 with ``sum`` ends at ``w̃ + Σ_i (w_i − w̃)`` (``diversity``: ``w̃ + β Σ_i (w_i − w̃)``).
@@ -646,7 +646,8 @@ class ShardedHub(PipelineHub):
         sum to zero).
     diversity_total : float
         The sum of their ``β`` (:func:`diversity_scale`; per class, the mean over the
-        blocks that moved); the Query's ``diversityScale`` is the mean. Class defaults, so that hubs restored from before the rule have them.
+        blocks that moved); the Query's ``diversityScale`` is the mean. Class defaults,
+        so that hubs restored from before the rule have them.
     """
 
     diversity_rounds = 0
@@ -830,7 +831,9 @@ class ShardedHub(PipelineHub):
         if self.aggregation == "diversity":
             out["diversityScale"] = (self.diversity_total / self.diversity_rounds
                                      if self.diversity_rounds else None)
-            out["diversityBlocks"] = self.diversity_blocks
+            # the scope that runs: a learner without class blocks takes one β per hub
+            out["diversityBlocks"] = ("class" if self.diversity_blocks == "class"
+                                      and self.learner.class_block_width() else "model")
         return out
 
     def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
