@@ -5,8 +5,12 @@ the job's environment."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
+from flink_jobs.config import JobConfig
 from flink_jobs.config_file import load_config_file
 from flink_jobs.flink_run import config_from_args, parse
 
@@ -151,12 +155,13 @@ def test_the_files_flink_options_reach_the_job(tmp_path):
     assert conf.toMap()["pipeline.name"] == "from-a-file"
 
 
+#: the deployment file docs/operations.md points at
+EXAMPLE = Path(__file__).parent.parent / "deploy" / "omldm.example.yaml"
+
+
 def test_the_example_deployment_file_is_valid():
     """``deploy/omldm.example.yaml``, which docs/operations.md points at, loads."""
-    from pathlib import Path
-
-    path = Path(__file__).parent.parent / "deploy" / "omldm.example.yaml"
-    settings = load_config_file(path)
+    settings = load_config_file(EXAMPLE)
     assert settings["kafka"]["bootstrap_servers"]
 
 
@@ -164,14 +169,8 @@ def test_the_example_deployment_file_shows_the_defaults():
     """Every job setting ``deploy/omldm.example.yaml`` gives is :class:`JobConfig`'s
     default, so that deploying with the file changes nothing a default was measured for
     (it set ``max_batch_records`` 1,000 after the default became 250)."""
-    import dataclasses
-    from pathlib import Path
-
-    from flink_jobs.config import JobConfig
-
-    path = Path(__file__).parent.parent / "deploy" / "omldm.example.yaml"
     defaults = JobConfig("k:9092")
     fields = {f.name for f in dataclasses.fields(JobConfig)}
-    given = {k: v for k, v in load_config_file(path).items() if k in fields}
+    given = {k: v for k, v in load_config_file(EXAMPLE).items() if k in fields}
     assert "max_batch_records" in given
     assert {k: v for k, v in given.items() if getattr(defaults, k) != v} == {}
