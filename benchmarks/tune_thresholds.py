@@ -3,7 +3,7 @@ EVENFLOW basic, fast), on the in-process kernel with the Flink loop's latency si
 
     .venv/bin/python benchmarks/tune_thresholds.py [--dataset rbf ...] [--lag 500]
                                                    [--within 0.005] [--grid 0.04,0.02,...]
-                                                   [--aggregation sum|average|diversity]
+                                                   [--aggregation sum|average|diversity|momentum]
                                                    [--diversity-blocks class|model]
                                                    [--seeds 0,1,2] [--json PATH]
 

@@ -204,6 +204,92 @@ def test_a_diversity_round_scales_each_class_of_pa_by_its_own_overlap(m):
     assert not np.allclose(models["class"], models["model"])
 
 
+# -- the momentum rule ----------------------------------------------------------------------
+def momentum_sgd(X, y, batch: int, lr: float, eta: float) -> np.ndarray:
+    """Heavy-ball SGD on mini-batches of ``batch``: ``D ← ηD − lr·∇``, ``w ← w + D``."""
+    w, D = np.zeros(X.shape[1] + 1), np.zeros(X.shape[1] + 1)
+    Xa = np.hstack([X, np.ones((len(X), 1))])
+    for lo in range(0, len(X), batch):
+        B, t = Xa[lo:lo + batch], y[lo:lo + batch]
+        D = eta * D - lr * (B.T @ (B @ w - t)) / len(t)
+        w = w + D
+    return w
+
+
+@pytest.mark.parametrize("k,m,eta", [(3, 1, None), (4, 2, None), (4, 2, 0.5), (3, 3, 0.0)])
+def test_bsp_momentum_is_heavy_ball_sgd_on_k_times_the_batch(k, m, eta):
+    """Chen & Huo's block momentum after every mini-batch: each round's move is the
+    spokes' average step (one machine's step on the k·b records), filtered as
+    ``D ← ηD + G``: heavy-ball SGD with momentum η, by default 1 − 1/k; η = 0 is the
+    ``average`` rule."""
+    b, rounds, lr = 8, 20, 0.02
+    X, y = regression(k * b * rounds, seed=11)
+    extra = {} if eta is None else {"blockMomentum": eta}
+    net = network(create("Synchronous", hubs=m, batch=b, aggregation="momentum",
+                         learner={"name": "LeastSquaresSGD",
+                                  "hyperParameters": {"learning_rate": lr},
+                                  "parameters": {"n_features": 5}}, **extra),
+                  k, m, shuffle=True, duplicate=0.2, seed=3)
+    stream(net, X, y, every=3)
+    expected = momentum_sgd(X, y, k * b, lr, 1 - 1 / k if eta is None else eta)
+    assert np.max(np.abs(global_model(net) - expected)) < 1e-9
+    for s in net.spokes:
+        assert np.max(np.abs(s.pipeline.learner.get_params() - expected)) < 1e-9
+    q = net.query()["protocol"]
+    assert q["aggregation"] == "momentum"
+    assert q["blockMomentum"] == pytest.approx(1 - 1 / k if eta is None else eta)
+    if eta == 0.0:
+        avg = network(create("Synchronous", hubs=m, batch=b, aggregation="average",
+                             learner={"name": "LeastSquaresSGD",
+                                      "hyperParameters": {"learning_rate": lr},
+                                      "parameters": {"n_features": 5}}), k, m)
+        stream(avg, X, y, every=3)
+        assert np.max(np.abs(global_model(avg) - global_model(net))) < 1e-12
+
+
+def test_a_momentum_round_weighs_the_spokes_by_their_records_and_keeps_d_when_none_fitted():
+    """``G`` is the γ-weighted mean of the deltas (the ``average`` rule's move); a round in
+    which no spoke fitted a record moves nothing and keeps ``D`` for the next."""
+    net = network(create("Synchronous", aggregation="momentum", blockMomentum=0.5), 2, 1)
+    hub = net.hubs[0]
+    w0 = hub.shard().copy()
+    a, b = w0 + 1.0, w0 - 2.0
+    w1 = hub.momentum_move([a, b], [w0, w0], [3, 1])
+    assert w1 == pytest.approx(w0 + (3 * 1.0 + 1 * -2.0) / 4)
+    hub.set_shard(w1)
+    assert np.array_equal(hub.momentum_move([w1, w1], [w1, w1], [0, 0]), w1)
+    w2 = hub.momentum_move([w1 + 2.0, w1], [w1, w1], [1, 1])
+    assert w2 == pytest.approx(w1 + 0.5 * 0.25 + 1.0)
+    assert hub.momentum_rounds == 2
+
+
+def test_a_lone_push_under_momentum_is_added_as_under_sum():
+    """TAP's pushes come one at a time: nothing to average, the delta is added (damped as
+    under ``sum``)."""
+    k, b, M = 3, 4, 2
+    X, y = regression(k * b * M * 15, seed=12)
+    models = {}
+    for rule in ("sum", "momentum"):
+        net = network(create("Asynchronous", batch=b, batches=M, aggregation=rule), k, 1)
+        stream(net, X, y, every=1)
+        models[rule] = global_model(net)
+        assert net.query()["protocol"]["stalenessDamping"] == 0.5
+    assert np.array_equal(models["sum"], models["momentum"])
+
+
+def test_an_update_to_another_rule_drops_the_momentum():
+    X, y = regression(200, seed=13)
+    net = network(create("Synchronous", batch=10, aggregation="momentum"), 2, 1)
+    stream(net, X[:100], y[:100])
+    assert net.hubs[0].block_step is not None
+    upd = parse_request({"id": 5, "request": "Update", "requestId": "u",
+                         "trainingConfiguration": {"aggregation": "average"}})
+    for node in (*net.spokes, *net.hubs):
+        node.update(upd)
+    assert net.hubs[0].block_step is None
+    assert "blockMomentum" not in net.query()["protocol"]
+
+
 def test_the_experiment_offers_every_rule():
     from flink_jobs.experiment import AGGREGATIONS as offered
     assert tuple(offered) == tuple(AGGREGATIONS)

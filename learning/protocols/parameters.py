@@ -357,9 +357,15 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
           interval="[2, 100000]"),
     Param("aggregation", str, None, "how hubs fold spokes' work into the global model: average "
           "(papers/003 eq. 2; EASGD/Adaptive: the elastic step), sum of deltas (papers/002 "
-          "§2.1, beta = 1) or diversity (rounds: beta = the deltas' gradient diversity, Yin et "
-          "al. 2018, in [1/k, 1]; a lone push as sum); default per learner",
-          choices=("average", "sum", "diversity")),
+          "§2.1, beta = 1), diversity (rounds: beta = the deltas' gradient diversity, Yin et "
+          "al. 2018, in [1/k, 1]; a lone push as sum) or momentum (rounds: the average's move "
+          "plus blockMomentum times the last round's move, Chen & Huo 2016; a lone push as "
+          "sum); default per learner",
+          choices=("average", "sum", "diversity", "momentum")),
+    Param("blockMomentum", float, None, "eta of aggregation momentum: a round moves the "
+          "global model by eta times the previous round's move plus the move to the spokes' "
+          "weighted average (blockwise model-update filtering, Chen & Huo 2016); default "
+          "1 - 1/k, k the spokes of the round", interval="[0, 1)"),
     Param("diversityBlocks", str, "class", "under aggregation diversity, what beta is taken "
           "over: class (one beta per class's block [W_c | b_c] of a multi-class linear model, "
           "within each hub's shard; other learners: as model) or model (one beta per hub)",
