@@ -93,7 +93,7 @@ log = logging.getLogger(__name__)
 #: ``trainingConfiguration.aggregation``'s rules (learning.protocols.sharding.AGGREGATIONS,
 #: spelled out so that the CLI starts without importing the learning package;
 #: tests/test_aggregation.py checks that the two agree)
-AGGREGATIONS = ("average", "sum", "diversity")
+AGGREGATIONS = ("average", "sum", "diversity", "momentum")
 
 #: the protocol name of every dataset's reference row: one spoke, protocol Independent
 CENTRALIZED = "Centralized"
@@ -202,13 +202,17 @@ TENSAIR_RUNS: list[tuple[str, str | None, dict]] = [
 
 def _pa_runs(naive: float, linear: float, sketch: float, basic: float,
              fast: float, staleness: int = 2, averaged: tuple[str, ...] = (),
-             diverse: tuple[str, ...] = ()) -> list[tuple[str, str | None, dict]]:
+             diverse: tuple[str, ...] = (),
+             momentum: tuple[str, ...] = ()) -> list[tuple[str, str | None, dict]]:
     """The thirteen runs of a PA-I dataset, with the thresholds of FDA (naive, linear,
     sketch) and EVENFLOW (basic, fast), SSP's ``staleness`` (rounds) and TensAIR's runs
     (:data:`TENSAIR_RUNS`); the FDA and EVENFLOW variants named in ``averaged``, and TAP
     where it names ``"Asynchronous"``, run under the ``average`` rule instead of PA's
-    default ``sum``, and those named in ``diverse`` under ``diversity``."""
+    default ``sum``, those named in ``diverse`` under ``diversity`` and those named in
+    ``momentum`` under ``momentum``."""
     def rule(name: str) -> dict:
+        if name in momentum:
+            return {"aggregation": "momentum"}
         if name in diverse:
             return {"aggregation": "diversity"}
         return {"aggregation": "average"} if name in averaged else {}
@@ -342,12 +346,30 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
     # basic at 0.04 0.0164 at 1/5.7 (0.05: 0.0198 at 1/6.2), fast at 0.005 0.0160 at 1/5.8
     # (0.0075: 0.0204 at 1/7.5); FDA sketch under ``diversity`` stays past 0.02 (0.015,
     # 0.02, 0.03: 0.0210 at 1/4.2, 0.0216 at 1/4.9, 0.0227 at 1/6.5), so it keeps its sum
-    "digits-pa": _pa_runs(0.04, 0.04, 0.005, 0.04, 0.005, staleness=1,
-                          diverse=("naive", "linear", "basic", "fast")),
+    # Under ``momentum`` (block momentum, 2026-11-29; ``benchmarks/tune_thresholds.py
+    # --dataset digits-pa --lag 150 --aggregation momentum --seeds 0,1,2``): FDA naive and
+    # linear at 0.04 0.0152 and 0.0154 behind at 1/7.4 (``diversity`` at 0.04: 0.0180 at
+    # 1/5.3), sketch at 0.02 0.0141 at 1/4.2 (0.03: 0.0158 at 1/5.2), EVENFLOW basic at
+    # 0.04 0.0154 at 1/6.5, fast at 0.005 0.0148 at 1/6.8. On Flink (three runs each, two
+    # sets): FDA naive 0.0159 and 0.0166 behind at 1/7.9, linear 0.0150 at 1/7.8-1/8.0,
+    # sketch at 0.02 0.0185 at 1/7.0 (at 0.03: 0.0197 at 1/9.2), EVENFLOW basic 0.0157 at
+    # 1/7.4, fast 0.0156 at 1/7.5
+    "digits-pa": _pa_runs(0.04, 0.04, 0.02, 0.04, 0.005, staleness=1,
+                          momentum=("naive", "linear", "sketch", "basic", "fast")),
     "phishing": _pa_runs(0.005, 0.005, 0.005, 0.005, 0.01),
     "waveform": _pa_runs(0.08, 0.08, 0.08, 0.08, 0.08, averaged=(
         "Asynchronous", "naive", "linear", "sketch", "basic", "fast")),
-    "rbf": _pa_runs(0.02, 0.01, 0.01, 0.02, 0.005),
+    # Under ``momentum`` (2026-11-29; ``benchmarks/tune_thresholds.py --dataset rbf --lag 150
+    # --aggregation momentum --seeds 0,1,2``): FDA naive and linear at 0.12 0.0022 and
+    # 0.0025 behind at 1/19.1 and 1/19.5 of BSP's bytes (0.16: 0.0042 at 1/25.7), sketch
+    # (the exact drift of a 105-parameter model) at 0.08 0.0047 at 1/9.5 (0.09: 0.0066 at
+    # 1/10.9; 0.1: 0.0104 at 1/12.1), EVENFLOW basic at 0.12 0.0009 at 1/18.7, fast at 0.04
+    # 0.0009 at 1/18.5; summed, no threshold had come within 0.01 at 1/3. On Flink (three
+    # runs each, two sets): FDA naive 0.0018 and 0.0023 behind at 1/19.7 and 1/19.9,
+    # linear 0.0021-0.0027 at 1/20.0-1/20.5, sketch at 0.08 0.0044 at 1/14.9 (at 0.09:
+    # 0.0085 at 1/15.8), EVENFLOW basic 0.0019 at 1/20.1, fast 0.0012 at 1/19.4
+    "rbf": _pa_runs(0.12, 0.12, 0.08, 0.12, 0.04,
+                    momentum=("naive", "linear", "sketch", "basic", "fast")),
     "led": _pa_runs(0.04, 0.04, 0.04, 0.04, 0.04, diverse=(
         "naive", "linear", "sketch", "basic", "fast")),
     # FDA sketch under ``diversity`` at 0.03 (Flink, three runs each): 0.0077 behind
@@ -813,7 +835,7 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         their means and the standard deviation of the accuracy). Local runs draw their
         spoke shares with seed ``repeat``; Flink runs draw them anew every time.
         Centralized runs once: it has no shares to draw.
-    aggregation : {"average", "sum", "diversity"} or None
+    aggregation : {"average", "sum", "diversity", "momentum"} or None
         ``trainingConfiguration.aggregation`` of every run but Centralized and
         Independent (None: the key is left out, the learner's default).
     quick : bool

@@ -195,7 +195,8 @@ def test_quick_run_has_a_centralized_row_per_dataset_equal_to_a_single_spoke_run
         line = next(x for x in table.splitlines() if x.startswith(f"| {ds} | Centralized |"))
         assert line.split(" | ")[2:4] == [f"{central['prequential_accuracy']:.4f}", "+0.0000"]
         naive = ("FDA (naive, average)" if ds in ("waveform", "hyperplane") else
-                 "FDA (naive, diversity)" if ds in ("led", "digits-pa") else "FDA (naive)")
+                 "FDA (naive, diversity)" if ds == "led" else
+                 "FDA (naive, momentum)" if ds in ("rbf", "digits-pa") else "FDA (naive)")
         assert f"| {ds} | Independent |" in table and f"| {ds} | {naive} |" in table
 
 
