@@ -77,17 +77,18 @@ update as the weighted summation ``w̃ ← α·w̃ + β·Σ_i Δ_i`` of the spok
   keep correcting in one direction round after round, ``D_t`` grows towards ``G_t/(1 − η)
   = k·G_t``: the sum of the deltas, one learner's pace; what the spokes corrected alike
   in one round and undo in the next cancels out of ``D``, where ``sum`` would have added
-  it ``k`` times. Long rounds are where it pays. PA on RandomRBF, FDA naive at Θ 0.16 (18
-  rounds, 1/26 of BSP's bytes; in process, messages every 150 records, seeds 0–2):
-  0.0039 behind the centralized learner; under ``diversity`` Θ 0.08 already fell 0.0135
-  behind at 1/9.3; on digits with PA FDA naive at 0.04 0.0162 behind at 1/7.3 against
-  0.0180 at 1/5.3 under ``diversity``. After every mini-batch it is no rule for PA (BSP:
-  0.0162 behind on digits against 0.0065 summed), and on a drifting stream the filtered
-  move lags (Hyperplane, FDA naive at 0.04: 0.0086 behind against 0.0061 averaged). A
-  round in which no spoke fitted a record moves nothing and keeps ``D``; a new layout
-  (:meth:`ShardedHub.on_relayout`) or an Update to another rule drops it; a grown one
-  (``m = 1``) carries it over, zero in the new entries. A push that arrives alone (TAP,
-  SSP, EASGD, Adaptive) is added as under ``sum``.
+  it ``k`` times. Long rounds are where it pays. PA on RandomRBF, FDA naive at Θ 0.16 (17
+  rounds, 1/25.7 of BSP's bytes; in process, messages every 150 records, seeds 0–2,
+  ``benchmarks/tune_thresholds.py --aggregation momentum``): 0.0042 behind the
+  centralized learner; under ``diversity`` Θ 0.08 already fell 0.0135 behind at 1/9.3; on
+  digits with PA FDA naive at 0.04 0.0152 behind at 1/7.4 against 0.0180 at 1/5.3 under
+  ``diversity`` (docs/quality.md, "Block momentum"). After every mini-batch it is no
+  rule for PA (BSP: 0.0162 behind on digits against 0.0065 summed), and on a drifting
+  stream the filtered move lags (Hyperplane, FDA naive at 0.04: 0.0086 behind against
+  0.0061 averaged). A round in which no spoke fitted a record moves nothing and keeps
+  ``D``; a new layout (:meth:`ShardedHub.on_relayout`) or an Update to another rule drops
+  it; a grown one (``m = 1``) carries it over, zero in the new entries. A push that
+  arrives alone (TAP, SSP, EASGD, Adaptive) is added as under ``sum``.
 
 Averaging rounds (BSP, FDA, EVENFLOW) start every spoke from the hub's ``w̃``, so a round
 with ``sum`` ends at ``w̃ + Σ_i (w_i − w̃)`` (``diversity``: ``w̃ + β Σ_i (w_i − w̃)``).
@@ -1047,8 +1048,9 @@ class AveragingHub(ShardedHub):
         """Spoke ``spoke``'s model shard for the current round, weighted by ``records``,
         with its preprocessors' statistics since the last round (``prep``, hub 0).
 
-        The round's global shard is the weighted average (``average``) or ``w̃`` plus the
-        sum of the spokes' deltas from it (``sum``), see the module docstring.
+        The round's global shard is the weighted average (``average``), ``w̃`` plus the
+        sum of the spokes' deltas from it (``sum``; ``diversity``: scaled) or plus the
+        filtered move (``momentum``), see the module docstring.
 
         Returns
         -------
