@@ -365,7 +365,7 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
     Param("blockMomentum", float, None, "eta of aggregation momentum: a round moves the "
           "global model by eta times the previous round's move plus the move to the spokes' "
           "weighted average (blockwise model-update filtering, Chen & Huo 2016); default "
-          "1 - 1/k, k the spokes of the round", interval="[0, 1)"),
+          "1 - 1/k, k the pipeline's spokes", interval="[0, 1)"),
     Param("diversityBlocks", str, "class", "under aggregation diversity, what beta is taken "
           "over: class (one beta per class's block [W_c | b_c] of a multi-class linear model, "
           "within each hub's shard; other learners: as model) or model (one beta per hub)",
