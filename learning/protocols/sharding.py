@@ -763,12 +763,9 @@ class ShardedHub(PipelineHub):
         older layout is carried into the current one (:meth:`align`), zero in new entries.
         """
         w = self.shard().copy()
-        total = float(sum(weights))
-        if total <= 0:
+        if sum(weights) <= 0:
             return w
-        move = np.zeros_like(w)
-        for v, b, g in zip(vectors, bases, weights):
-            move += (g / total) * (v - b)
+        move = weighted_average([v - b for v, b in zip(vectors, bases)], weights)
         if self.block_step is not None:
             move += self.block_momentum() * self.align([self.block_step])[0]
         self.block_step = (move, self.learner.layout())
