@@ -273,7 +273,7 @@ def test_a_lone_push_under_momentum_is_added_as_under_sum():
         net = network(create("Asynchronous", batch=b, batches=M, aggregation=rule), k, 1)
         stream(net, X, y, every=1)
         models[rule] = global_model(net)
-        assert net.query()["protocol"]["stalenessDamping"] == 0.5
+        assert net.query()["protocol"]["stalenessDamping"] == 0.35
     assert np.array_equal(models["sum"], models["momentum"])
 
 

@@ -99,6 +99,24 @@ The default depends on the learner (:data:`DEFAULT_AGGREGATION`), chosen by meas
 (see the README's learning-quality table); a Query's ``protocol.aggregation`` says which
 rule runs.
 
+Replay. A spoke that pushes alone (SSP, TAP, EASGD, Adaptive) trains on while its push
+is in flight, and the answer brings a global model that the mini-batches fitted meanwhile
+never saw. With ``trainingConfiguration.replay`` (the default) the spoke installs that
+model and fits those mini-batches again on it, in order (:meth:`ShardedSpoke.land`): it
+goes on as if the answer had come at once, and its next delta starts from the model the
+hub remembers as its base, so that delta misses only what the hub applied after answering,
+not also what it applied while the push travelled. With ``replay: false`` the spoke adds
+the move those mini-batches made on the older model, ``w̃ + (w_now − w_pushed)``. The
+records were predicted and counted at their first pass; the refit only fits (each spoke's
+Query reports ``replayedRecords``), and an answer later than :data:`REPLAY_LIMIT` records
+falls back to the move (``replayOverflows``). It costs a second fit of every record that
+passes during a round trip. Not from the source papers: a delay compensation on the
+spoke's side, where papers/003 §II.C and Zhang et al.'s η/τ compensate at the hub (both
+are applied). On Flink (PA, 4 spokes, three runs each, 2026-11-29) it brought TAP on
+RandomRBF from 0.0101–0.0125 to 0.0082–0.0089 behind the centralized learner (with
+``stalenessDamping`` 0.35 instead of 0.5: replay makes the delta fresher, so it needs less
+damping; docs/quality.md, "Replay").
+
 Preprocessor statistics are part of the synchronized model. With every push a spoke sends
 hub 0 the running statistics its preprocessors gathered since they last synchronized
 (records, means, M2, minima, maxima: :meth:`learning.preprocessors.Preprocessor.statistics`
@@ -135,7 +153,7 @@ from middleware import BroadcastPromise, Promise, remote
 __all__ = ["shard_bounds", "weighted_average", "diversity_scale", "class_diversity_scales",
            "fixed_layout",
            "ShardedSpoke", "ShardedHub", "AveragingHub", "REPORT_METHOD", "AGGREGATIONS",
-           "DEFAULT_AGGREGATION", "aggregation_of", "ADDS_DELTAS"]
+           "DEFAULT_AGGREGATION", "aggregation_of", "ADDS_DELTAS", "REPLAY_LIMIT"]
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +172,11 @@ AGGREGATIONS = TRAINING_PARAMETERS["aggregation"].choices
 #: the rules under which a hub adds a spoke's delta to the global model (a lone push,
 #: TAP, SSP, EASGD, Adaptive, is added as it is under each)
 ADDS_DELTAS = frozenset(("sum", "diversity", "momentum"))
+
+#: records a spoke keeps for :meth:`ShardedSpoke.land` to refit at most (a push answered
+#: after more than this many: the move they made is added instead; on Flink a TAP push
+#: carries 48 records at the median, 96–160 at p95)
+REPLAY_LIMIT = 4096
 
 #: learner class name → its default aggregation rule, chosen by measurement (the README's
 #: learning-quality table); learners not named here average. In-process kernel, 4 spokes,
@@ -402,7 +425,8 @@ class ShardedSpoke(PipelineSpoke):
 
     def on_relayout(self) -> None:
         """The model was reset for a new layout: forget the statistics and the fixed
-        layout of the old one."""
+        layout of the old one, and the mini-batches kept for replay."""
+        self.ground()
         if self.hub_parallelism > 1:
             self._fixed = fixed_layout(self.pipeline.learner, self.hub_parallelism)
         self._start = (self.pipeline.learner.get_params(), self.pipeline.learner.layout())
@@ -485,6 +509,76 @@ class ShardedSpoke(PipelineSpoke):
     def on_batch_fitted(self, n_records: int) -> None:
         self.records_since_sync += n_records
         self.after_batch(n_records)
+
+    # -- replay: the mini-batches fitted while a push was in flight --------------------------
+    #: ``trainingConfiguration.replay`` as the protocol read it (the ones whose spokes push
+    #: alone and train on meanwhile: SSP, TAP, EASGD, Adaptive); off for the others. Class
+    #: defaults, also for snapshots taken before replay existed
+    replay = False
+    #: records refit by :meth:`land`, and flights that passed :data:`REPLAY_LIMIT`
+    replayed = 0
+    replay_overflows = 0
+    # the mini-batches fitted since the push in flight was sent (None: none kept, because
+    # replay is off, nothing is in flight or the flight passed REPLAY_LIMIT), their records
+    _flight: list | None = None
+    _flight_records = 0
+
+    def take_off(self) -> None:
+        """A push (or exchange) is being sent: with replay on, the mini-batches fitted from
+        now until its answer are kept for :meth:`land`."""
+        self._flight = [] if self.replay else None
+        self._flight_records = 0
+
+    def ground(self) -> None:
+        """No answer will come (a failed synchronization, a new layout): keep nothing."""
+        self._flight = None
+
+    def _test_then_train(self, batch) -> None:
+        flight = self._flight  # before: the mini-batch that sends a push is not its flight's
+        super()._test_then_train(batch)
+        self._keep(flight, batch)
+
+    def _refit(self, batch) -> None:
+        flight = self._flight
+        super()._refit(batch)
+        self._keep(flight, batch)
+
+    def _keep(self, flight: list | None, batch) -> None:
+        if flight is None or flight is not self._flight or batch.failed:
+            return
+        self._flight_records += len(batch.X)
+        if self._flight_records > REPLAY_LIMIT:  # a very late answer: add the move instead
+            self._flight = None
+            self.replay_overflows += 1
+        else:
+            flight.append(batch)
+
+    def land(self, target: np.ndarray, moved: np.ndarray) -> None:
+        """Install the model an answer brings (both arrays ``(n_params,)`` float64, this
+        learner's current layout), then what was learned while the push was in flight.
+
+        With replay (module docstring, "Replay") the learner is set to ``target``, the
+        model the spoke would have had had the answer come at once, and the mini-batches
+        fitted since the push are fitted again on it, in order, with the preprocessors'
+        statistics as installed (they learned those records already). Otherwise (replay
+        off, or more than :data:`REPLAY_LIMIT` records in flight) it is set to ``moved``:
+        ``target`` plus the move those mini-batches made on the model they were fitted on.
+        A mini-batch the learner refuses now is skipped, counted in ``fit_errors``.
+        """
+        flight, self._flight = self._flight, None
+        learner = self.pipeline.learner
+        if flight is None:
+            learner.set_params(moved)
+            return
+        learner.set_params(target)
+        for batch in flight:
+            try:
+                self.pipeline.fit(batch.X, batch.y, learn_preprocessors=False)
+            except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
+                self.fit_errors += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                continue
+            self.replayed += len(batch.X)
 
     def after_batch(self, n_records: int) -> None:
         """Protocol hook: a mini-batch was fitted and counted in ``records_since_sync``."""
@@ -645,7 +739,9 @@ class ShardedSpoke(PipelineSpoke):
         messages, nbytes = sync_traffic(self.stats)
         return {"rounds": self.rounds, "pushes": self.pushes, "waitMs": self.wait_ms,
                 "syncMessagesSent": messages, "syncBytesSent": nbytes,
-                "syncFailures": self.sync_failures, "aggregation": self.aggregation}
+                "syncFailures": self.sync_failures, "aggregation": self.aggregation,
+                **({"replayedRecords": self.replayed, "replayOverflows": self.replay_overflows}
+                   if self.replay else {})}
 
     def statistics(self) -> dict:
         out = super().statistics()
