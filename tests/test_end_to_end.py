@@ -119,6 +119,15 @@ def test_hub_updates_reach_every_spoke_through_kafka(shuttle_run):
     assert final["protocol"]["updates"] == sum(s["pushes"] for s in final["spokes"])
 
 
+def test_each_spoke_replays_what_it_fitted_while_its_push_travelled(shuttle_run):
+    """TAP's answers come back through Kafka while the spokes train on: with ``replay``
+    (the default) each spoke refit those mini-batches on the answers, none of which came
+    later than REPLAY_LIMIT records."""
+    for s in shuttle_run["final"]["spokes"]:
+        assert 0 < s["replayedRecords"] < s["fitted"], s
+        assert s["replayOverflows"] == 0
+
+
 def test_records_cross_in_batches_and_each_spoke_keeps_their_order(shuttle_run):
     """The default job batches records in Java (max_batch_delay_ms = 5): every Kafka record
     crossed once, in fewer crossings than records, and each spoke predicted its forecasting

@@ -510,6 +510,9 @@ class ShardedSpoke(PipelineSpoke):
         self.records_since_sync += n_records
         self.after_batch(n_records)
 
+    def after_batch(self, n_records: int) -> None:
+        """Protocol hook: a mini-batch was fitted and counted in ``records_since_sync``."""
+
     # -- replay: the mini-batches fitted while a push was in flight --------------------------
     #: ``trainingConfiguration.replay`` as the protocol read it (the ones whose spokes push
     #: alone and train on meanwhile: SSP, TAP, EASGD, Adaptive); off for the others. Class
@@ -579,9 +582,6 @@ class ShardedSpoke(PipelineSpoke):
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 continue
             self.replayed += len(batch.X)
-
-    def after_batch(self, n_records: int) -> None:
-        """Protocol hook: a mini-batch was fitted and counted in ``records_since_sync``."""
 
     # -- the vector ----------------------------------------------------------------------
     def vector(self) -> tuple[np.ndarray, dict]:

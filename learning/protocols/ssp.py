@@ -348,8 +348,6 @@ class StaleSynchronousSpoke(ShardedSpoke):
 
     peer = StaleSynchronousHub
     bounded = True
-    #: the declaration ``replay`` is read with (TAP's may have another default)
-    replay_param = REPLAY
     # paused on the push in flight (work past the bound); the last push was idle; class
     # defaults for snapshots taken before these existed
     _blocked = False
@@ -359,7 +357,7 @@ class StaleSynchronousSpoke(ShardedSpoke):
     def __init__(self, request) -> None:
         super().__init__(request)
         self.staleness = STALENESS.of(request.training_configuration)
-        self.replay = self.replay_param.of(request.training_configuration)
+        self.replay = REPLAY.of(request.training_configuration)
         self.clock = 0
         self.slowest = 0  # the slowest clock the hubs last told us
         self.in_flight = False
@@ -370,7 +368,7 @@ class StaleSynchronousSpoke(ShardedSpoke):
     def on_update(self) -> None:
         super().on_update()
         self.staleness = STALENESS.of(self.request.training_configuration)
-        self.replay = self.replay_param.of(self.request.training_configuration)
+        self.replay = REPLAY.of(self.request.training_configuration)
 
     def after_batch(self, n_records: int) -> None:
         self._since += 1
