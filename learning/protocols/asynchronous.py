@@ -15,8 +15,10 @@ the ``sum`` rule the hub adds the spoke's delta instead, scaled by ``τ^−0.35`
 η/τ, see :mod:`learning.protocols.ssp`, "Stale deltas"). No spoke ever waits for another:
 this is :mod:`learning.protocols.ssp` with unbounded staleness, and its hub and spoke are
 those classes configured so (``bounded = False``). The spoke installs ``w̃`` and refits on
-it what it fitted while the push was in flight (``replay``, :mod:`learning.protocols.sharding`,
-"Replay"); one push per spoke is in flight at a time; a Query only reports. Works for any ``hubParallelism``; the label set may grow with one hub.
+it what it fitted while the push was in flight (``replay``,
+:mod:`learning.protocols.sharding`, "Replay"); one push per spoke is in flight at a time;
+a Query only reports. Works for any ``hubParallelism``; the label set may grow with one
+hub.
 
 Statistics: SSP's that do not concern the bound (the hub's ``clocks``, ``maxLead``,
 ``heldAnswers``, ``updateStaleness`` — p50/p95/max of the other spokes' pushes a push had
@@ -43,13 +45,14 @@ from learning.protocols.ssp import (REPLAY, STALENESS_DAMPING, StaleSynchronousH
 __all__ = ["AsynchronousSpoke", "AsynchronousHub", "global_digest", "PARAMETERS"]
 
 #: TAP's ``stalenessDamping`` (:data:`learning.protocols.ssp.STALENESS_DAMPING`), its own
-#: default, chosen by measurement. With ``replay`` (2026-11-29; PA under ``sum``, 4 spokes,
-#: Flink, three runs per set, Δ vs centralized): RandomRBF −0.0085 and −0.0087 at 0.35,
-#: −0.0082 to −0.0089 at 0.25 (three sets), −0.0096 at 0.15, −0.0099 to −0.0111 at 0.5 (four
-#: sets), −0.0125 at 0; digits-PA −0.0231 and −0.0247 at 0.35, −0.0246 and −0.0271 at
-#: 0.25, −0.0233 at 0.5. Without replay 0.5 had been best (below), and lower values lost
-#: more (RandomRBF −0.0135 at 0.25, −0.0273 at 0): a refit delta is fresher and needs less
-#: damping. Before replay (PA under ``sum``, 4 spokes, 3 runs each on Flink, the
+#: default, chosen by measurement. With ``replay`` (2026-11-29; PA under ``sum``, 4
+#: spokes, Flink, three runs per set, Δ vs centralized): RandomRBF −0.0085 and −0.0087
+#: at 0.35, −0.0082 to −0.0089 at 0.25 (three sets), −0.0096 at 0.15, −0.0099 to
+#: −0.0111 at 0.5 (four sets), −0.0125 at 0; digits-PA −0.0231 and −0.0247 at 0.35,
+#: −0.0246 and −0.0271 at 0.25, −0.0233 at 0.5. Without replay 0.5 had been best
+#: (below), and lower values lost more (RandomRBF −0.0135 at 0.25, −0.0273 at 0): a
+#: refit delta is fresher and needs less damping. Before replay (PA under ``sum``, 4
+#: spokes, 3 runs each on Flink, the
 #: same session): 0.5 against 0 on RandomRBF 0.7921 against 0.7870 (centralized 0.8012),
 #: digits-PA 0.9385 against 0.9340, LED 0.7607 against 0.7580, Phishing 0.8717 against
 #: 0.8680, Shuttle 0.9960 against 0.9962. Pushes there come late (the answer travels
