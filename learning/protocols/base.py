@@ -604,14 +604,22 @@ class PipelineSpoke(Node):
     def _refit(self, batch: "_Batch") -> None:
         """Another pass over a mini-batch: fit only, nothing counted but the hook's
         mini-batch (``on_batch_fitted(0)``: no record is new)."""
+        if not self.fit_again(batch):
+            batch.failed = True  # its records were counted at the first pass
+            return
+        self.on_batch_fitted(0)
+
+    def fit_again(self, batch: "_Batch") -> bool:
+        """Fit a mini-batch that was predicted and counted before, with the preprocessors'
+        statistics as they are; nothing is counted and no hook runs. Returns False when the
+        learner refuses it now (counted in ``fit_errors``, ``last_error`` set)."""
         try:
             self.pipeline.fit(batch.X, batch.y, learn_preprocessors=False)
         except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
-            batch.failed = True  # its records were counted at the first pass
             self.fit_errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
-            return
-        self.on_batch_fitted(0)
+            return False
+        return True
 
     def _test_then_train(self, batch: "_Batch") -> None:
         """The first pass over a mini-batch: each record predicted, then learned."""

@@ -185,7 +185,8 @@ class ElasticAveragingSpoke(ShardedSpoke):
         step = self.assemble([a[0] for a in answers], [a[1] for a in answers])
         self.install_preprocessors(answers[0][-1])  # first: a replay scales with them
         # replay: from where the step moves the model sent (the hub's view of this spoke)
-        self.land(self.in_current(self._pushed) - step, learner.get_params() - step)
+        self.land(lambda: self.in_current(self._pushed) - step,
+                  lambda: learner.get_params() - step)
         self.rounds += 1
         self.in_flight = False
         if self.due():

@@ -556,32 +556,28 @@ class ShardedSpoke(PipelineSpoke):
         else:
             flight.append(batch)
 
-    def land(self, target: np.ndarray, moved: np.ndarray) -> None:
-        """Install the model an answer brings (both arrays ``(n_params,)`` float64, this
-        learner's current layout), then what was learned while the push was in flight.
+    def land(self, target: Callable[[], np.ndarray], moved: Callable[[], np.ndarray]) -> None:
+        """Install the model an answer brings, then what was learned while the push was in
+        flight; ``target()`` and ``moved()`` give arrays ``(n_params,)`` float64 in this
+        learner's current layout, and only the one needed is computed.
 
-        With replay (module docstring, "Replay") the learner is set to ``target``, the
+        With replay (module docstring, "Replay") the learner is set to ``target()``, the
         model the spoke would have had had the answer come at once, and the mini-batches
         fitted since the push are fitted again on it, in order, with the preprocessors'
         statistics as installed (they learned those records already). Otherwise (replay
-        off, or more than :data:`REPLAY_LIMIT` records in flight) it is set to ``moved``:
-        ``target`` plus the move those mini-batches made on the model they were fitted on.
+        off, or more than :data:`REPLAY_LIMIT` records in flight) it is set to ``moved()``:
+        the target plus the move those mini-batches made on the model they were fitted on.
         A mini-batch the learner refuses now is skipped, counted in ``fit_errors``.
         """
         flight, self._flight = self._flight, None
         learner = self.pipeline.learner
         if flight is None:
-            learner.set_params(moved)
+            learner.set_params(moved())
             return
-        learner.set_params(target)
+        learner.set_params(target())
         for batch in flight:
-            try:
-                self.pipeline.fit(batch.X, batch.y, learn_preprocessors=False)
-            except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
-                self.fit_errors += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                continue
-            self.replayed += len(batch.X)
+            if self.fit_again(batch):
+                self.replayed += len(batch.X)
 
     # -- the vector ----------------------------------------------------------------------
     def vector(self) -> tuple[np.ndarray, dict]:

@@ -417,9 +417,9 @@ class StaleSynchronousSpoke(ShardedSpoke):
         self._unblock()
         learner = self.pipeline.learner
         w_global = self.assemble([a[0] for a in answers], [a[1] for a in answers])
-        progress = learner.get_params() - self.in_current(self._pushed)
         self.install_preprocessors(answers[0][-1])  # first: a replay scales with them
-        self.land(w_global, w_global + progress)
+        self.land(lambda: w_global,
+                  lambda: w_global + (learner.get_params() - self.in_current(self._pushed)))
         self.slowest = max(self.slowest, min(int(a[2]) for a in answers))
         if len(answers[0]) > 4:  # the clock the hubs hold for this spoke (back from idle)
             self.clock = max(self.clock, min(int(a[3]) for a in answers))
