@@ -122,10 +122,14 @@ def test_hub_updates_reach_every_spoke_through_kafka(shuttle_run):
 def test_each_spoke_replays_what_it_fitted_while_its_push_travelled(shuttle_run):
     """TAP's answers come back through Kafka while the spokes train on: with ``replay``
     (the default) each spoke refit those mini-batches on the answers, none of which came
-    later than REPLAY_LIMIT records."""
-    for s in shuttle_run["final"]["spokes"]:
+    later than REPLAY_LIMIT records; the Query's protocol section sums them."""
+    final = shuttle_run["final"]
+    for s in final["spokes"]:
         assert 0 < s["replayedRecords"] < s["fitted"], s
         assert s["replayOverflows"] == 0
+    assert final["protocol"]["replayedRecords"] == sum(s["replayedRecords"]
+                                                       for s in final["spokes"])
+    assert final["protocol"]["replayOverflows"] == 0
 
 
 def test_records_cross_in_batches_and_each_spoke_keeps_their_order(shuttle_run):

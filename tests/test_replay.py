@@ -9,11 +9,14 @@ flight while its spoke fits more mini-batches.
 
 from __future__ import annotations
 
+import json
+
+import jsonschema
 import numpy as np
 import pytest
 
 import learning.protocols.sharding as sharding
-from learning.requests import parse_request
+from learning.requests import SCHEMA_PATH, parse_request
 from tests.test_protocols import (_least_squares_registered, create,  # noqa: F401
                                   global_model, network, regression, sgd_step)
 
@@ -83,6 +86,27 @@ def test_the_mini_batch_that_sends_the_push_is_not_replayed():
     """A2 was fitted after spoke 0's push went, A1 before: only A2 is kept (4 records)."""
     net, *_ = late_answer("Asynchronous", True)
     assert net.spokes[0].protocol_statistics()["replayedRecords"] == 4
+
+
+def test_a_query_sums_the_spokes_replay_counts_and_follows_the_schema():
+    """The Query's protocol section carries replayedRecords and replayOverflows summed over
+    the spokes (spoke 0 kept A2, spoke 1 B2 and B3: 4 + 8 records); without replay
+    neither is there."""
+    for replay in (True, False):
+        net, *_ = late_answer("Asynchronous", replay)
+        net.run()
+        q = net.query()
+        jsonschema.validate(q, json.loads(
+            SCHEMA_PATH.with_name("response.schema.json").read_text()))
+        per_spoke = [s.get("replayedRecords") for s in q["spokes"]]
+        if replay:
+            assert per_spoke == [4, 8]
+            assert q["protocol"]["replayedRecords"] == 12
+            assert q["protocol"]["replayOverflows"] == 0
+        else:
+            assert per_spoke == [None, None]
+            assert "replayedRecords" not in q["protocol"]
+            assert "replayOverflows" not in q["protocol"]
 
 
 def test_past_the_limit_the_move_is_added_instead(monkeypatch):

@@ -107,9 +107,9 @@ goes on as if the answer had come at once, and its next delta starts from the mo
 hub remembers as its base, so that delta misses only what the hub applied after answering,
 not also what it applied while the push travelled. With ``replay: false`` the spoke adds
 the move those mini-batches made on the older model, ``w̃ + (w_now − w_pushed)``. The
-records were predicted and counted at their first pass; the refit only fits (each spoke's
-Query reports ``replayedRecords``), and an answer later than :data:`REPLAY_LIMIT` records
-falls back to the move (``replayOverflows``). It costs a second fit of every record that
+records were predicted and counted at their first pass; the refit only fits (a Query
+reports ``replayedRecords`` per spoke and summed), and an answer later than
+:data:`REPLAY_LIMIT` records falls back to the move (``replayOverflows``, likewise). It costs a second fit of every record that
 passes during a round trip. Not from the source papers: a delay compensation on the
 spoke's side, where papers/003 §II.C and Zhang et al.'s η/τ compensate at the hub (both
 are applied). On Flink (PA, 4 spokes, three runs each, 2026-11-29) it brought TAP on
@@ -999,6 +999,10 @@ class ShardedHub(PipelineHub):
             "waitMs": sum(p.get("waitMs", 0.0) for p in protos),
             "spokeRounds": [p.get("rounds", 0) for p in protos],
         })
+        if any("replayedRecords" in p for p in protos):  # replay on (module docstring)
+            out["protocol"].update({
+                "replayedRecords": sum(p.get("replayedRecords", 0) for p in protos),
+                "replayOverflows": sum(p.get("replayOverflows", 0) for p in protos)})
         if spokes[0].get("export") is not None:
             out["export"] = self.export(spokes[0]["export"])
         return out
