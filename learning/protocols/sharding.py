@@ -99,23 +99,23 @@ The default depends on the learner (:data:`DEFAULT_AGGREGATION`), chosen by meas
 (see the README's learning-quality table); a Query's ``protocol.aggregation`` says which
 rule runs.
 
-Replay. A spoke that pushes alone (SSP, TAP, EASGD, Adaptive) trains on while its push
-is in flight, and the answer brings a global model that the mini-batches fitted meanwhile
+Replay. A spoke that pushes alone (SSP, TAP, EASGD, Adaptive) trains on while its push is
+in flight, and the answer brings a global model that the mini-batches fitted meanwhile
 never saw. With ``trainingConfiguration.replay`` (the default) the spoke installs that
 model and fits those mini-batches again on it, in order (:meth:`ShardedSpoke.land`): it
-goes on as if the answer had come at once, and its next delta starts from the model the
-hub remembers as its base, so that delta misses only what the hub applied after answering,
-not also what it applied while the push travelled. With ``replay: false`` the spoke adds
-the move those mini-batches made on the older model, ``w̃ + (w_now − w_pushed)``. The
-records were predicted and counted at their first pass; the refit only fits (a Query
-reports ``replayedRecords`` per spoke and summed), and an answer later than
-:data:`REPLAY_LIMIT` records falls back to the move (``replayOverflows``, likewise). It costs a second fit of every record that
-passes during a round trip. Not from the source papers: a delay compensation on the
-spoke's side, where papers/003 §II.C and Zhang et al.'s η/τ compensate at the hub (both
-are applied). On Flink (PA, 4 spokes, three runs each, 2026-11-29) it brought TAP on
-RandomRBF from 0.0101–0.0125 to 0.0082–0.0089 behind the centralized learner (with
-``stalenessDamping`` 0.35 instead of 0.5: replay makes the delta fresher, so it needs less
-damping; docs/quality.md, "Replay").
+goes on as if the answer had come at once, and its next delta starts from the model the hub
+remembers as its base, so that delta misses only what the hub applied after answering, not
+also what it applied while the push travelled. With ``replay: false`` the spoke adds the
+move those mini-batches made on the older model, ``w̃ + (w_now − w_pushed)``. The records
+were predicted and counted at their first pass; the refit only fits (a Query reports
+``replayedRecords`` per spoke and summed), and an answer later than :data:`REPLAY_LIMIT`
+records falls back to the move (``replayOverflows``, likewise). It costs a second fit of
+every record that passes during a round trip. Not from the source papers: a delay
+compensation on the spoke's side, where papers/003 §II.C and Zhang et al.'s η/τ compensate
+at the hub (both are applied). On Flink (PA, 4 spokes, three runs each, 2026-11-29) it
+brought TAP on RandomRBF from 0.0101–0.0125 to 0.0082–0.0089 behind the centralized learner
+(with ``stalenessDamping`` 0.35 instead of 0.5: replay makes the delta fresher, so it needs
+less damping; docs/quality.md, "Replay").
 
 Preprocessor statistics are part of the synchronized model. With every push a spoke sends
 hub 0 the running statistics its preprocessors gathered since they last synchronized
