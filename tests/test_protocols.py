@@ -952,3 +952,40 @@ def test_every_protocol_of_the_issue_is_registered_under_its_names():
         assert e.value.field.startswith("trainingConfiguration")
         if field:
             assert e.value.field == f"trainingConfiguration.{field}"
+
+
+def test_every_key_of_a_query_is_described_in_the_response_schema():
+    """Every key a Query response carries, at the top level, in ``protocol`` and in each
+    ``spokes[i]``, is a property the response schema names at that place, for every
+    protocol (PA on 1,500 Shuttle records, 3 spokes, 1 hub)."""
+    import json
+
+    import jsonschema
+
+    from learning.datasets import shuttle
+    from learning.requests import SCHEMA_PATH
+
+    schema = json.loads(SCHEMA_PATH.with_name("response.schema.json").read_text())
+    ok = schema["$defs"]["ok"]["properties"]
+    described = {"top level": set(ok), "protocol": set(ok["protocol"]["properties"]),
+                 "spokes[]": set(ok["spokes"]["items"]["properties"])}
+    X, y = shuttle()
+    X, y = X[:1500], y[:1500]
+    runs = RUNS + [("Asynchronous", {}), ("TensAIR", {}), ("Independent", {}),
+                   ("Synchronous", {"aggregation": "momentum"}),
+                   ("Synchronous", {"aggregation": "diversity"})]
+    missing: dict[tuple[str, str], set] = {}
+    for protocol, extra in runs:
+        net = network(create(protocol, learner={"name": "PA", "parameters": {}}, hubs=1, batch=16,
+                             batches=2, pre=[{"name": "StandardScaler"}], **extra),
+                      3, 1, shuffle=True, seed=1)
+        stream(net, X, y, every=7)
+        q = net.query()
+        jsonschema.validate(q, schema)
+        found = {"top level": set(q), "protocol": set(q["protocol"]),
+                 "spokes[]": set().union(*(set(s) for s in q["spokes"]))}
+        for place, keys in found.items():
+            for key in keys - described[place]:
+                missing.setdefault((place, key), set()).add(f"{protocol}{extra or ''}")
+    assert not missing, "keys of a Query response the schema does not describe: " + "; ".join(
+        f"{place} {key} ({', '.join(sorted(runs_))})" for (place, key), runs_ in sorted(missing.items()))
