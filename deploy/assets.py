@@ -72,8 +72,10 @@ def _sha256(data: bytes) -> str:
 def _part(target: Path) -> Path:
     """A path beside ``target`` that no other writer uses: two processes filling the cache
     at once (two jobs started together on a new machine) each write their own file and
-    move it onto ``target`` with an atomic rename, so neither finds its file gone."""
+    move it onto ``target`` with an atomic rename, so neither finds its file gone. Readable
+    by all, as a plain write would leave it (``mkstemp`` makes it 0600)."""
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".part")
+    os.fchmod(fd, 0o644)
     os.close(fd)
     return Path(name)
 

@@ -84,7 +84,7 @@ def test_the_batcher_is_compiled_from_its_source_into_a_cached_jar():
 def test_two_processes_filling_an_empty_cache_at_once_both_get_the_jar(tmp_path):
     """Two ``omldm`` commands started together on a new machine compile the jar at the
     same time: each writes its own part file and renames it into place, so both end
-    with the same good jar and no part file is left behind."""
+    with the same good jar (readable by all, as before) and no part file is left behind."""
     import os
     import subprocess
     import sys
@@ -100,6 +100,7 @@ def test_two_processes_filling_an_empty_cache_at_once_both_get_the_jar(tmp_path)
     with zipfile.ZipFile(paths.pop()) as zf:
         assert "omldm/RecordBatcher.class" in zf.namelist()
     assert not list(tmp_path.glob("*.part"))
+    assert {p.stat().st_mode & 0o777 for p in tmp_path.glob("*.jar")} == {0o644}
 
 
 def test_a_batch_carries_each_record_its_topic_and_its_order():
