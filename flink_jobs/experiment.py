@@ -23,15 +23,18 @@ spoke shares or message timing, so ``Centralized`` runs once per dataset (not pe
 or per ``k``) and always on the in-process kernel, also under ``--kernel flink``: its row
 says ``"kernel": "local"``. ``--aggregation {average,sum,diversity}`` sets
 ``trainingConfiguration.aggregation`` in every run but ``Centralized`` and
-``Independent``; ``--quick`` runs a small subset (:data:`QUICK_RUNS` on the first
-:data:`QUICK_LIMIT` records of each dataset).
+``Independent``; ``--scaling {none,batch,learning-rate,both}`` sets
+``trainingConfiguration.scaling`` (papers/001 §II-C) in every run but ``Centralized``,
+whose one spoke it would not change; ``--quick`` runs a small subset (:data:`QUICK_RUNS`
+on the first :data:`QUICK_LIMIT` records of each dataset).
 
 The result is a table (markdown on stdout, one line per (dataset, protocol, variant,
 spokes) with the means over the repeats: accuracy ± its sample standard deviation, Δ vs
 the centralized learner and vs BSP, bytes and bytes relative to BSP; JSON rows at
 ``--json``, one per run, with its ``repeat``) with, per run:
 ``dataset``, ``protocol``, ``variant``, ``spokes``, ``aggregation`` (the
-``trainingConfiguration.aggregation`` of the run, or null), ``diversity_scale`` (under
+``trainingConfiguration.aggregation`` of the run, or null), ``scaling`` (its
+``trainingConfiguration.scaling``, or null: ``none``), ``diversity_scale`` (under
 ``diversity``: hub 0's mean β of its rounds, else null), ``prequential_accuracy``,
 ``mean_loss``, ``bytes_to_hubs`` / ``bytes_to_spokes`` (synchronization traffic:
 everything the middleware sent between spokes and hubs except the one-way statistics
@@ -434,7 +437,7 @@ def create_request(dataset: str, protocol: str, variant: str | None, extra: dict
 
 def _row(dataset: str, protocol: str, variant: str | None, final: dict, seconds: float,
          kernel: str, queries: int, curve: list, report_bytes: int, *, spokes: int,
-         aggregation: str | None) -> dict:
+         aggregation: str | None, scaling: str | None = None) -> dict:
     proto = final["protocol"]
     if "syncBytesToHubs" in proto:
         to_hubs, to_spokes = proto["syncBytesToHubs"], proto["syncBytesToSpokes"]
@@ -447,6 +450,7 @@ def _row(dataset: str, protocol: str, variant: str | None, final: dict, seconds:
         "dataset": dataset, "protocol": protocol, "variant": variant, "spokes": spokes,
         # the rule that ran (the Query says it; the request may leave it to the default)
         "aggregation": proto.get("aggregation", aggregation),
+        "scaling": scaling,
         # under diversity: the mean scale of the rounds' summed deltas (hub 0's)
         "diversity_scale": proto.get("diversityScale"),
         "prequential_accuracy": final["prequentialAccuracy"],
@@ -520,7 +524,8 @@ def run_local(dataset: str, protocol: str, variant: str | None, extra: dict, *, 
                        sharding=sharding, lag=lag)
     return _row(dataset, protocol, variant, run.final, run.seconds, "local", run.queries,
                 run.curve, run.report_bytes, spokes=spokes,
-                aggregation=request["trainingConfiguration"].get("aggregation"))
+                aggregation=request["trainingConfiguration"].get("aggregation"),
+                scaling=request["trainingConfiguration"].get("scaling"))
 
 
 def run_centralized(dataset: str, *, every: int = 5, limit: int | None = None,
@@ -619,7 +624,8 @@ def run_flink(dataset: str, runs: list[tuple[str, str | None, dict]], *, spokes:
                 report_bytes = per_query * (queries[0] - 1) if per_query > 0 else 0
                 return {**_row(dataset, protocol, variant, final, seconds, "flink", queries[0],
                                curve, report_bytes, spokes=spokes,
-                               aggregation=request["trainingConfiguration"].get("aggregation")),
+                               aggregation=request["trainingConfiguration"].get("aggregation"),
+                               scaling=request["trainingConfiguration"].get("scaling")),
                         "rate": rate, "spoke_parallelism": spoke_parallelism,
                         "execution_mode": mode}
 
@@ -782,15 +788,21 @@ def plot(rows: list[dict], path: Path) -> Path:
 
 
 def _select(dataset: str, protocols: tuple[str, ...] | None, quick: bool,
-            aggregation: str | None) -> tuple[bool, list[tuple[str, str | None, dict]]]:
+            aggregation: str | None,
+            scaling: str | None = None) -> tuple[bool, list[tuple[str, str | None, dict]]]:
     """Whether the Centralized row runs, and the runs of :data:`SETTINGS` (with
-    ``aggregation`` added to all but Independent's) selected by ``protocols`` and ``quick``."""
+    ``aggregation`` added to all but Independent's, ``scaling`` to all) selected by
+    ``protocols`` and ``quick``."""
     def wanted(protocol: str, variant: str | None) -> bool:
         return (protocols is None or protocol in protocols) and \
             (not quick or (protocol, variant) in QUICK_RUNS)
 
-    runs = [(protocol, variant, {**extra, "aggregation": aggregation}
-             if aggregation is not None and protocol != "Independent" else extra)
+    def configured(protocol: str, extra: dict) -> dict:
+        if aggregation is not None and protocol != "Independent":
+            extra = {**extra, "aggregation": aggregation}
+        return {**extra, "scaling": scaling} if scaling is not None else extra
+
+    runs = [(protocol, variant, configured(protocol, extra))
             for protocol, variant, extra in SETTINGS[dataset] if wanted(protocol, variant)]
     return wanted(CENTRALIZED, None), runs
 
@@ -801,7 +813,7 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
                    png_path: str | Path | None = None, bootstrap_servers: str | None = None,
                    protocols: tuple[str, ...] | None = None, connection=None, out=None,
                    repeats: int = 1, aggregation: str | None = None,
-                   quick: bool = False,
+                   scaling: str | None = None, quick: bool = False,
                    rates: tuple[int | None, ...] = (None,),
                    spoke_parallelism: int = 0,
                    execution_mode: str | None = None) -> list[dict]:
@@ -841,6 +853,11 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
     aggregation : {"average", "sum", "diversity", "momentum"} or None
         ``trainingConfiguration.aggregation`` of every run but Centralized and
         Independent (None: the key is left out, the learner's default).
+    scaling : {"none", "batch", "learning-rate", "both"} or None
+        ``trainingConfiguration.scaling`` of every run but Centralized (papers/001 §II-C:
+        ``batch`` splits each mini-batch over the spokes, eq. 3; ``learning-rate`` divides
+        the step size by them, eq. 4); None: the key is left out (``none``). A learner that
+        has no step size refuses ``learning-rate`` and ``both`` (the run fails).
     quick : bool
         Only :data:`QUICK_RUNS`, on at most :data:`QUICK_LIMIT` records of each dataset.
     rates : tuple of (int or None)
@@ -864,9 +881,9 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         After the table, the JSON and the plot of the runs that succeeded, when a Flink
         run failed (each failure is printed; the other runs still ran).
     ValueError
-        For an unknown ``kernel``, dataset or ``aggregation``, ``repeats`` below 1, no
-        or a non-positive number of ``spokes``, a rate below 1, or a rate on the in-process
-        kernel (it has no clock: messages come after a number of records), a
+        For an unknown ``kernel``, dataset, ``aggregation`` or ``scaling``, ``repeats``
+        below 1, no or a non-positive number of ``spokes``, a rate below 1, or a rate on the
+        in-process kernel (it has no clock: messages come after a number of records), a
         ``spoke_parallelism`` below 0, above a number of ``spokes``, or on that kernel, or
         an ``execution_mode`` other than thread or process, or on that kernel.
     """
@@ -909,6 +926,11 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
     if aggregation is not None and aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)} or None, got "
                          f"{aggregation!r}")
+    from flink_jobs.experiment_sharding import SCALINGS  # papers/001's choices, declared once
+
+    if scaling is not None and scaling not in SCALINGS:
+        raise ValueError(f"scaling must be one of {', '.join(SCALINGS)} or None, got "
+                         f"{scaling!r}")
     unknown = [ds for ds in datasets if ds not in DATASETS]
     if unknown:
         raise ValueError(f"unknown dataset(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}")
@@ -916,7 +938,7 @@ def run_experiment(json_path: str | Path, *, kernel: str = "flink",
         limit = QUICK_LIMIT if limit is None else min(limit, QUICK_LIMIT)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     for ds in datasets:
-        centralized, runs = _select(ds, protocols, quick, aggregation)
+        centralized, runs = _select(ds, protocols, quick, aggregation, scaling)
         if centralized:
             save({**run_centralized(ds, limit=limit), "repeat": 0})
         for k in sweep:
@@ -1102,6 +1124,14 @@ def run_regression(json_path: str | Path, *, spokes: int = 4,
     return rows
 
 
+def _one_scaling(values: list[str] | None) -> str | None:
+    """``experiment protocols`` takes ``--scaling`` once (``experiment sharding`` sweeps it)."""
+    if values and len(values) > 1:
+        raise ValueError(f"--scaling: experiment protocols takes one value, got "
+                         f"{', '.join(values)} (experiment sharding takes several)")
+    return values[0] if values else None
+
+
 def _command(args: argparse.Namespace) -> int:
     from flink_jobs.connection import KafkaConnection
 
@@ -1119,7 +1149,7 @@ def _command(args: argparse.Namespace) -> int:
     if given:
         raise ValueError(f"{', '.join(given)}: options of experiment sharding")
     if args.which == "regression":
-        others = [f"--{name}" for name in ("dataset", "aggregation", "repeats")
+        others = [f"--{name}" for name in ("dataset", "aggregation", "scaling", "repeats")
                   if getattr(args, name) is not None] + (["--quick"] if args.quick else []) + \
             (["--kernel flink"] if args.kernel == "flink" else []) + \
             (["--png"] if args.png else [])
@@ -1137,7 +1167,8 @@ def _command(args: argparse.Namespace) -> int:
                    protocols=tuple(args.protocol) if args.protocol else None,
                    connection=KafkaConnection.from_args(args),
                    repeats=args.repeats if args.repeats is not None else 1,
-                   aggregation=args.aggregation, quick=args.quick,
+                   aggregation=args.aggregation,
+                   scaling=_one_scaling(args.scaling), quick=args.quick,
                    rates=tuple(r or None for r in args.rate or (0,)),
                    spoke_parallelism=args.spoke_parallelism or 0,
                    execution_mode=args.execution_mode)
@@ -1179,7 +1210,7 @@ DESCRIPTION = (
     "of each (EVENFLOW's regression setting, papers/003 §IV).")
 
 #: the options only ``experiment sharding`` takes (argparse destinations)
-SHARDING_ONLY = ("sharding", "scaling", "lag", "warmup", "refresh")
+SHARDING_ONLY = ("sharding", "lag", "warmup", "refresh")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -1249,8 +1280,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "partition needs Kafka partitions, which the in-process stream "
                         "lacks)")
     p.add_argument("--scaling", action="append", choices=SCALINGS,
-                   help="sharding: only these trainingConfiguration.scaling values "
-                        "(repeatable; default all; none leaves the key out)")
+                   help="protocols: trainingConfiguration.scaling of every run but "
+                        "Centralized (once; default: left out, none); sharding: only these "
+                        "values (repeatable; default all; none leaves the key out)")
     p.add_argument("--lag", type=_positive, default=None,
                    help=f"sharding: records between message deliveries (default {LAG})")
     p.add_argument("--warmup", type=_positive, default=None,

@@ -252,6 +252,28 @@ def test_aggregation_goes_to_every_run_but_centralized_and_independent(tmp_path,
         run_experiment(tmp_path / "x.json", kernel="local", spokes=(4, 0))
 
 
+def test_scaling_goes_to_every_run_but_centralized_and_the_rows_say_it(tmp_path, capsys):
+    """``--scaling batch`` (papers/001 eq. 3) reaches every run's Create but the
+    Centralized one (in process, 800 digits records) and the rows carry it; the Create keeps
+    the global mini-batch; more than one value, or an unknown one, is refused."""
+    from flink_jobs.cli import main as omldm
+
+    rows = run_experiment(tmp_path / "s.json", kernel="local", datasets=("digits-pa",),
+                          protocols=("Centralized", "Asynchronous", "Independent"),
+                          scaling="batch", limit=800, out=io.StringIO())
+    assert [(r["protocol"], r["scaling"]) for r in rows] == [
+        ("Centralized", None), ("Independent", "batch"), ("Asynchronous", "batch")]
+    _, runs = experiment._select("digits-pa", ("Asynchronous",), False, None, "batch")
+    request = experiment.create_request("digits-pa", *runs[0])
+    assert request["trainingConfiguration"]["scaling"] == "batch"
+    assert request["trainingConfiguration"]["miniBatchSize"] == 16  # the global B
+    with pytest.raises(ValueError, match="scaling must be one of"):
+        run_experiment(tmp_path / "x.json", kernel="local", scaling="half")
+    assert omldm(["experiment", "quality", "--kernel", "local", "--json",
+                  str(tmp_path / "y.json"), "--scaling", "batch", "--scaling", "none"]) != 0
+    assert "--scaling: experiment protocols takes one value" in capsys.readouterr().err
+
+
 def test_the_table_reads_bytes_relative_to_bsp_as_a_fraction():
     def row(protocol, variant, acc, nbytes, spokes=4):
         return {"dataset": "d", "protocol": protocol, "variant": variant, "spokes": spokes,
