@@ -721,14 +721,34 @@ class PipelineSpoke(Node):
         if layout is not None:
             self.request = with_layout(self.request, layout)
             if needs_reset(self.pipeline.learner, layout):
-                self._X, self._y = [], []
-                self._work = deque()
+                self._recheck_buffered(layout)
                 self.pipeline = _build_pipeline(self.request)
                 self.on_relayout()
         self.configure()  # mini-batching and scaling, for the new pipeline too
         if layout is not None:
             self.install_layout(layout)
         self.on_update()
+
+    def _recheck_buffered(self, layout: Layout) -> None:
+        """The records taken but not yet predicted (the mini-batch being filled, and the
+        mini-batches a pause left to fit) are checked against the new ``layout``: those
+        that fit it stay, to be fitted on the new model; the others are refused (counted
+        and dead-lettered with the reason), never dropped unseen."""
+        X, y = list(self._X), list(self._y)
+        for batch, first in self._work or ():
+            if first:
+                X.extend(batch.X.tolist())
+                y.extend(batch.y.tolist() if hasattr(batch.y, "tolist") else batch.y)
+        self._X, self._y, self._work = [], [], deque()
+        for features, label in zip(X, y):
+            rec = {"features": features, "label": label}
+            try:
+                layout.check(*inspect_record(features, label, self._supervised), label)
+            except RecordRejected as exc:
+                self.refuse(rec, exc)
+                continue
+            self._X.append(features)
+            self._y.append(label)
 
     def on_update(self) -> None:
         """Protocol hook: ``self.request.training_configuration`` may have changed."""

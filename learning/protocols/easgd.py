@@ -156,6 +156,12 @@ class ElasticAveragingSpoke(ShardedSpoke):
         super().on_update()
         self.replay = REPLAY.of(self.request.training_configuration)
 
+    def on_relayout(self) -> None:
+        """A new layout: the model of the exchange in flight is gone (its answer is
+        dropped)."""
+        super().on_relayout()
+        self._pushed = None
+
     def after_batch(self, n_records: int) -> None:
         self._since += 1
         if not self.in_flight and self.due():

@@ -465,6 +465,13 @@ class EvenFlowSpoke(ShardedSpoke):
         super().on_update()
         self.threshold = THRESHOLD.of(self.request.training_configuration)
 
+    def on_relayout(self) -> None:
+        """A new layout: the round's base and the last mini-batch's model were the old
+        model's; the monitoring starts again from the new one."""
+        super().on_relayout()
+        self._base = self._prev = None
+        self._update_sq = []
+
     def sphere_max(self) -> float:
         """The largest value ``f`` can take on this spoke's sphere (an upper bound, as the
         monitored function's ``sphere_max`` gives it), as the variant builds the sphere;

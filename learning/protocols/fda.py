@@ -582,6 +582,14 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         self.theta = THRESHOLD.of(self.request.training_configuration)
         self.wait_on_increment = WAIT_ON_INCREMENT.of(self.request.training_configuration)
 
+    def on_relayout(self) -> None:
+        """A new layout: the round's base and ξ were the old model's, the drift starts
+        again from the new model. The monitoring stays in the coordinator's round,
+        estimate and subround: a state of another size (the sketch's) reads +inf and
+        makes the coordinator poll and end the round, as after a model grew."""
+        super().on_relayout()
+        self._base = self._xi = None
+
     # -- local state -----------------------------------------------------------------------
     def delta(self) -> np.ndarray:
         """``Δ_i = w_i − w̃_{t0}`` in the learner's current layout."""
@@ -726,6 +734,8 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         self._start_monitoring()
 
     def on_sync_failed(self, method: str, errors: list) -> None:
+        if method == "push":  # the round the coordinator ended failed: its next round
+            self.fda_round += 1  # begins here as at the coordinator, from this model
         self._start_monitoring()
 
     def protocol_statistics(self) -> dict:

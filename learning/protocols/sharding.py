@@ -126,6 +126,21 @@ plus whatever it learned while the push was in flight. After a round, every spok
 global model scale features alike, as one scaler that saw every spoke's records would;
 the Query's ``model.preProcessors`` holds the global statistics.
 
+A new layout. An Update that fixes a pipeline's layout (a new width, or classes that
+leave out learned ones) resets every node's model (:meth:`PipelineSpoke.update`); a
+synchronization begun on the old model is then void wherever it is. A spoke drops the
+model a hub answers to a push it made before its reset (:meth:`ShardedSpoke.scatter`; its
+protocol's :meth:`ShardedSpoke.on_sync_failed` runs, as for a failed call, and the next
+synchronization starts on the new model); a hub that resets forgets every vector it kept
+of the old model, and the averaging round it had open fails when it closes
+(:meth:`AveragingHub.close_round`: every pusher gets the error, so no spoke stays paused
+on it); a round that cannot be folded (a push of the old layout reached a hub that reset
+first) fails the same way instead of staying open for good, and so does a lone push (SSP,
+TAP, EASGD, Adaptive: refused before it changes anything); and every protocol's spoke
+forgets the vectors it remembers (its round's base, its last push). An answer a spoke cannot install
+is a failed synchronization too. Each is logged and counted in ``syncFailures``; the
+stream never stops on it.
+
 Accounting. Every spoke of these protocols reports ``rounds`` (synchronizations it took
 part in), ``pushes``, ``waitMs`` (milliseconds its stream was paused waiting on a
 synchronization), and ``syncMessagesSent`` / ``syncBytesSent``: the middleware's counts
@@ -423,9 +438,17 @@ class ShardedSpoke(PipelineSpoke):
         self.aggregation = aggregation_of(self.request.training_configuration,
                                           self.pipeline.learner)
 
+    #: resets for a new layout so far (:meth:`on_relayout`): a call made before the last
+    #: one is answered for a model that is gone; a class default for older snapshots
+    relayouts = 0
+
     def on_relayout(self) -> None:
         """The model was reset for a new layout: forget the statistics and the fixed
-        layout of the old one, and the mini-batches kept for replay."""
+        layout of the old one, and the mini-batches kept for replay; the answers to calls
+        made before are dropped when they come (module docstring, "A new layout").
+        Protocols that remember vectors of the old model forget them too (they extend
+        this)."""
+        self.relayouts += 1
         self.ground()
         if self.hub_parallelism > 1:
             self._fixed = fixed_layout(self.pipeline.learner, self.hub_parallelism)
@@ -626,6 +649,7 @@ class ShardedSpoke(PipelineSpoke):
             self._waits += 1
             if self._waits == 1:
                 self._wait_started = time.monotonic()
+        epoch = self.relayouts
 
         def done() -> None:
             if sync:
@@ -638,7 +662,7 @@ class ShardedSpoke(PipelineSpoke):
                           len(state["failed"]), state["failed"][0])
                 self.on_sync_failed(method, state["failed"])
             else:
-                on_all(answers)
+                self._settle(method, epoch, on_all, answers)
 
         def ok(j: int):
             def cb(value: Any) -> None:
@@ -663,12 +687,36 @@ class ShardedSpoke(PipelineSpoke):
             else:
                 call.then(ok(j))
 
+    def _settle(self, method: str, epoch: int, handle: Callable[[Any], None],
+                value: Any) -> None:
+        """Hand a call's answer to ``handle``, unless the model it was made for was reset
+        since (``epoch``: :attr:`relayouts` when it was made) or ``handle`` cannot install
+        it: then it is a failed synchronization, logged, counted in ``sync_failures`` and
+        handed to :meth:`on_sync_failed` (module docstring, "A new layout")."""
+        if epoch != self.relayouts:
+            self.sync_failures += 1
+            log.warning("%s: the answer to %s, made before the layout changed, is dropped",
+                        self.name, method)
+            self.on_sync_failed(method, ["the layout changed"])
+            return
+        try:
+            handle(value)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            self.sync_failures += 1
+            log.error("%s: the answer to %s could not be installed: %s: %s", self.name,
+                      method, type(exc).__name__, exc, exc_info=True)
+            self.on_sync_failed(method, [exc])
+
     def on_sync_failed(self, method: str, errors: list) -> None:
-        """Protocol hook: a scatter's call failed on some hub (already logged)."""
+        """Protocol hook: a scatter's call failed on some hub, or its answer was dropped
+        or could not be installed (already logged)."""
 
     def wait_on(self, call, callback: Callable[[Any], None]) -> None:
         """``call.then_sync(callback)`` with the pause added to ``wait_ms``; a remote
-        failure is logged, counted and handed to :meth:`on_sync_failed`."""
+        failure, and an answer ``callback`` cannot install, are logged, counted and handed
+        to :meth:`on_sync_failed`. (Its answers carry no model: one to a call made before
+        the layout changed is still taken, e.g. FDA's decision to synchronize, so that
+        this spoke joins the round the others wait in.)"""
         self._waits += 1
         if self._waits == 1:
             self._wait_started = time.monotonic()
@@ -680,7 +728,7 @@ class ShardedSpoke(PipelineSpoke):
 
         def ok(value: Any) -> None:
             finish()
-            callback(value)
+            self._settle(call.method, self.relayouts, callback, value)
 
         def failed(error) -> None:
             finish()
@@ -1176,12 +1224,37 @@ class AveragingHub(ShardedHub):
         ``sum``: today's ``w̃`` for every one."""
         return [self.shard()] * len(order)
 
-    def close_round(self) -> None:
+    #: why the open round is void (the layout changed while it gathered pushes), else
+    #: None; a class default for older snapshots
+    _void: str | None = None
+
+    def close_round(self) -> str | None:
         """End the open round: fold its pushes into the shard, answer every pusher through
-        the round's broadcast promise, then the exports waiting for it."""
+        the round's broadcast promise, then the exports waiting for it. A round opened
+        before this hub's layout changed, or whose pushes cannot be folded (one of a
+        layout this hub no longer has), fails instead (module docstring, "A new layout"):
+        every pusher gets the error, nothing is folded, the next push opens a new round.
+
+        Returns
+        -------
+        str or None
+            None, or why the round failed (logged).
+        """
         p = self._round
         order = sorted(self._pushed)
-        vectors = self.align([self._pushed[i][:2] for i in order])
+        reason, self._void = self._void, None
+        if reason is None:
+            try:
+                vectors = self.align([self._pushed[i][:2] for i in order])
+            except ValueError as exc:
+                reason = f"its pushes cannot be folded: {exc}"
+        if reason is not None:
+            reason = f"round {self.rounds + 1} failed: {reason}"
+            log.warning("%s: %s", self.name, reason)
+            self._round, self._pushed = None, {}
+            p.fail(ValueError(reason))
+            self._answer_exports()
+            return reason
         if self.aggregation == "momentum":
             w = self.momentum_move(vectors, self.round_bases(order),
                                    [self._pushed[i][2] for i in order])
@@ -1197,9 +1270,21 @@ class AveragingHub(ShardedHub):
         self._round, self._pushed = None, {}
         self.on_round_end(w)
         p.fulfil(self.answer(w))
+        self._answer_exports()
+        return None
+
+    def _answer_exports(self) -> None:
         waiting, self._exports = self._exports, []
         for e in waiting:
             e.fulfil([self.shard(), self.learner.layout()])
+
+    def on_relayout(self) -> None:
+        """A new layout: as :meth:`ShardedHub.on_relayout`; the open round (pushed with the
+        old model) fails when it closes (:meth:`close_round`): its promise is bound to
+        every pusher's call only once all have pushed."""
+        super().on_relayout()
+        if self._round is not None:
+            self._void = "the layout changed while it was open"
 
     def on_round_end(self, w: np.ndarray) -> None:
         """Hook: an averaging round ended with shard ``w``."""

@@ -234,6 +234,11 @@ class StaleSynchronousHub(StaleDeltaHub, ShardedHub):
         self.read_damping()
         self._release()
 
+    def on_relayout(self) -> None:
+        """A new layout: the spokes' latest contributions were of the old model."""
+        super().on_relayout()
+        self._latest.clear()
+
     def min_clock(self) -> int:
         """The slowest clock of the spokes that are not idle (rounds); with every spoke
         idle, the fastest one's (nothing to wait for)."""
@@ -257,6 +262,9 @@ class StaleSynchronousHub(StaleDeltaHub, ShardedHub):
         now, or a Promise of it held until ``clock − min_j c_j ≤ staleness`` (an idle
         push: now).
         """
+        # first, before anything changes: a shard of a layout this hub no longer has (a
+        # push of the model before an Update reset it) fails the call and leaves no trace
+        [w_i] = self.align([(shard, layout)])
         clock = int(clock)
         if idle:
             self.idle_spokes = self.idle_spokes | {spoke}
@@ -264,12 +272,11 @@ class StaleSynchronousHub(StaleDeltaHub, ShardedHub):
             clock = max(clock, self.min_clock())  # clock (every spoke idle: the fastest)
             self.idle_spokes = self.idle_spokes - {spoke}
         self.clocks[spoke] = max(self.clocks.get(spoke, 0), clock)
-        self._latest[spoke] = (shard, layout, int(records))
+        self._latest[spoke] = (w_i, self.learner.layout(), int(records))
         missed = self.missed_updates(spoke)
         if not idle:
             self._note_staleness(int(records), missed)
         if self.aggregation in ADDS_DELTAS:
-            [w_i] = self.align([(shard, layout)])
             base = self.base_of(spoke)
             # the stale delta scaled (module docstring, "Stale deltas")
             self.set_shard(self.sum_of_deltas([self.damped(w_i, base, missed)], [base]))
@@ -369,6 +376,11 @@ class StaleSynchronousSpoke(ShardedSpoke):
         super().on_update()
         self.staleness = STALENESS.of(self.request.training_configuration)
         self.replay = REPLAY.of(self.request.training_configuration)
+
+    def on_relayout(self) -> None:
+        """A new layout: the model of the push in flight is gone (its answer is dropped)."""
+        super().on_relayout()
+        self._pushed = None
 
     def after_batch(self, n_records: int) -> None:
         self._since += 1

@@ -147,17 +147,22 @@ class SynchronousHub(AveragingHub):
         self._answers[spoke] = mine  # before the push: it may end the round
         super().push(*args)
 
-    def close_round(self) -> None:
-        """As :meth:`AveragingHub.close_round`, answering every pusher's own promise; the
-        pushes kept for the next round then open it."""
+    def close_round(self) -> str | None:
+        """As :meth:`AveragingHub.close_round`, answering every pusher's own promise (with
+        the error when the round failed); the pushes kept for the next round then open
+        it."""
         waiting, self._answers = self._answers or {}, {}
-        super().close_round()
+        failed = super().close_round()
         answer = self.answer(self.shard())
         for spoke in sorted(waiting):
-            waiting[spoke].fulfil(answer)
+            if failed is None:
+                waiting[spoke].fulfil(answer)
+            else:
+                waiting[spoke].fail(ValueError(failed))
         later, self._next = self._next or {}, None
         for spoke in sorted(later):
             self._join_round(spoke, *later[spoke])
+        return failed
 
     def round_complete(self) -> bool:
         """Every spoke that is not idle, and whose push is not kept for the next round,
