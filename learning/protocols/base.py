@@ -7,6 +7,7 @@ the environment through a special control API").
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from collections import Counter, deque
 from dataclasses import replace
@@ -26,6 +27,8 @@ from learning.registry import make_learner, make_pipeline, make_preprocessor
 from learning.scaling import describe, scale_learner, spoke_mini_batch_size
 from learning.update import apply_update
 from middleware import Node, remote
+
+log = logging.getLogger(__name__)
 
 __all__ = ["PipelineSpoke", "PipelineHub", "RecordRejected"]
 
@@ -209,6 +212,7 @@ class PipelineSpoke(Node):
         self.fitted = self.predicted = self.rejected = self.correct = self.batches = 0
         self.fit_errors = 0
         self.last_error: str | None = None
+        self.protocol_errors = 0
         self.loss_sum = 0.0
         self.queries = 0
         self.quality = QualityState(self._task, TRAINING_PARAMETERS["metricsWindow"].of(cfg)) \
@@ -607,7 +611,7 @@ class PipelineSpoke(Node):
         if not self.fit_again(batch):
             batch.failed = True  # its records were counted at the first pass
             return
-        self.on_batch_fitted(0)
+        self._batch_fitted(0)
 
     def fit_again(self, batch: "_Batch") -> bool:
         """Fit a mini-batch that was predicted and counted before, with the preprocessors'
@@ -643,7 +647,21 @@ class PipelineSpoke(Node):
         self.correct += n_correct
         self.loss_sum += float(loss)
         self.batches += 1
-        self.on_batch_fitted(len(X))
+        self._batch_fitted(len(X))
+
+    #: mini-batches after which the protocol hook failed; a class default for snapshots
+    #: taken before it was counted
+    protocol_errors = 0
+
+    def _batch_fitted(self, n_records: int) -> None:
+        """:meth:`on_batch_fitted`, whose failure (a protocol's bug, or state an Update left
+        behind) is logged with its traceback and counted in ``protocolErrors``: it never
+        leaves the kernel, where it would fail the job and stop every pipeline."""
+        try:
+            self.on_batch_fitted(n_records)
+        except Exception:  # a protocol's failure: keep the job (and other pipelines)
+            self.protocol_errors += 1
+            log.exception("%s: the protocol failed after a mini-batch", self.name)
 
     def on_batch_fitted(self, n_records: int) -> None:
         """Protocol hook: a mini-batch was just fitted; ``n_records``: its records fitted
@@ -764,6 +782,7 @@ class PipelineSpoke(Node):
             "rejected": self.rejected, "rejectedBy": dict(self.rejected_by),
             "correct": self.correct, "loss": self.loss_sum,
             "batches": self.batches, "fitErrors": self.fit_errors, "lastError": self.last_error,
+            "protocolErrors": self.protocol_errors,
             "held": self.ctx.held(), "heldBytes": self.ctx.held_bytes,
             # a paused stream: how long, and the calls it waits on (then_sync)
             "pausedForS": self.ctx.paused_for(),

@@ -137,9 +137,9 @@ of the old model, and the averaging round it had open fails when it closes
 on it); a round that cannot be folded (a push of the old layout reached a hub that reset
 first) fails the same way instead of staying open for good, and so does a lone push (SSP,
 TAP, EASGD, Adaptive: refused before it changes anything); and every protocol's spoke
-forgets the vectors it remembers (its round's base, its last push). An answer a spoke cannot install
-is a failed synchronization too. Each is logged and counted in ``syncFailures``; the
-stream never stops on it.
+forgets the vectors it remembers (its round's base, its last push). An answer a spoke
+cannot install is a failed synchronization too. Each is logged and counted in
+``syncFailures``; the stream never stops on it.
 
 Accounting. Every spoke of these protocols reports ``rounds`` (synchronizations it took
 part in), ``pushes``, ``waitMs`` (milliseconds its stream was paused waiting on a
