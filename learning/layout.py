@@ -244,6 +244,13 @@ class Layout:
             raise RecordRejected(f"label {label!r:.40} is not one of the declared classes "
                                  f"{self.classes!r:.200}", "unseen_class")
 
+    def undeclared(self, classes: list) -> list:
+        """The labels of ``classes`` outside the declared classes (none when this layout
+        declares none), in order."""
+        if self.classes is None:
+            return []
+        return [c for c in classes if (type(c), c) not in self._class_keys]
+
     def to_json(self) -> dict:
         return {"nFeatures": self.n_features, "labelType": self.label_type,
                 "classes": self.classes, "source": self.source}

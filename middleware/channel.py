@@ -13,17 +13,21 @@ __all__ = ["Outbox", "Inbox"]
 
 
 class Outbox:
-    """Next sequence number per destination."""
+    """Next sequence number per destination, from ``base`` (0 but for a pipeline created
+    again under a deleted one's id: :meth:`middleware.node.Node.start_channels`)."""
 
-    def __init__(self) -> None:
+    _base = 0  # a class default for outboxes pickled before bases existed
+
+    def __init__(self, base: int = 0) -> None:
         self._next: dict[int, int] = {}
+        self._base = base
 
     def peek(self, dst: int) -> int:
         """The number the next envelope to ``dst`` will carry, without taking it."""
-        return self._next.get(dst, 0)
+        return self._next.get(dst, self._base)
 
     def next_seq(self, dst: int) -> int:
-        seq = self._next.get(dst, 0)
+        seq = self._next.get(dst, self._base)
         self._next[dst] = seq + 1
         return seq
 
@@ -37,15 +41,19 @@ class Inbox:
         Envelopes dropped because their sequence number was already delivered or buffered.
     """
 
-    def __init__(self) -> None:
+    _base = 0  # a class default for inboxes pickled before bases existed
+
+    def __init__(self, base: int = 0) -> None:
         self._expected: dict[int, int] = {}
         self._early: dict[int, dict[int, Envelope]] = {}
         self.duplicates = 0
+        self._base = base  # the first sequence number of every channel
 
     def accept(self, env: Envelope) -> list[Envelope]:
-        """The envelopes that are now deliverable, in order (possibly none)."""
+        """The envelopes that are now deliverable, in order (possibly none); one numbered
+        below the channel's next (or below ``base``) is a duplicate, dropped."""
         src = env.src_index
-        expected = self._expected.get(src, 0)
+        expected = self._expected.get(src, self._base)
         early = self._early.setdefault(src, {})
         if env.seq < expected or env.seq in early:
             self.duplicates += 1
@@ -63,7 +71,7 @@ class Inbox:
 
     def expected(self, src: int) -> int:
         """The sequence number this inbox waits for next from ``src``."""
-        return self._expected.get(src, 0)
+        return self._expected.get(src, self._base)
 
     @property
     def waiting(self) -> int:

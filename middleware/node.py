@@ -218,6 +218,16 @@ class Node:
                          for j in range(own)]
         self.sibling_broadcast = BroadcastProxy(self, sibling=True)
 
+    def start_channels(self, base: int) -> None:
+        """Number every channel of this node, both ways, from ``base`` instead of 0; call
+        it after :meth:`attach`, before any traffic. The kernels do for a pipeline created
+        again under the id of one deleted before (on every node of it alike): envelopes of
+        the deleted one still in flight are numbered below ``base``, so the new nodes drop
+        them as duplicates instead of taking them for their own (before, they filled the
+        new channels' sequence numbers: a BSP pipeline stopped with its records held)."""
+        self._outbox, self._inbox = Outbox(base), Inbox(base)
+        self._sibling_outbox, self._sibling_inbox = Outbox(base), Inbox(base)
+
     @property
     def name(self) -> str:
         return f"{side_name(self.ctx.side)} {self.ctx.index}" if self.ctx else type(self).__name__

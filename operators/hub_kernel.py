@@ -333,7 +333,9 @@ class HubKernel:
             pid = req.id
             try:
                 if op == "create" and pid not in self.nodes:
-                    self._attach(req)
+                    node = self._attach(req)
+                    if msg.get("seqBase"):  # created again under a deleted one's id
+                        node.start_channels(int(msg["seqBase"]))
                 elif op == "update":
                     node = self.nodes.get(pid)
                     if node is None:  # spokes accepted it, so this should not happen

@@ -52,6 +52,10 @@ HUBS = "hubs"  # names of the kernel's outputs; None is the main output (predict
 SPOKES = "spokes"  # spoke→spoke sibling frames (operators.feedback), bytes, for psMessages
 _MESSAGES = (HUBS, SPOKES)  # the outputs a host may send on in the middle of a batch
 CROSSINGS_KEPT = 1000  # data crossings whose wall time a Query's percentiles are taken over
+#: a pipeline created again under a deleted one's id numbers its channels from its Create's
+#: control number ``n`` shifted by this many bits (2**40 envelopes per channel before they
+#: could meet the next incarnation's; :meth:`middleware.node.Node.start_channels`)
+INCARNATION_SHIFT = 40
 
 
 class SpokeContext:
@@ -705,8 +709,19 @@ class SpokeKernel:
         node = make_spoke(req)
         check_execution_mode(node.pipeline.learner, req.learner["name"], self.execution_mode)
         node.attach(SpokeContext(self, req.id, m))
+        # the id of a pipeline deleted before: its envelopes may still be in flight, so the
+        # new one's channels start past them (the same on every spoke and, told, on hubs)
+        base = (self.controls + 1) << INCARNATION_SHIFT if req.id in self.created else 0
+        if base:
+            node.start_channels(base)
+        self.created = self.created | {req.id}
         self.nodes[req.id] = node
-        self._control(m, {"op": "create", "spoke": self.index, "request": req.to_json()})
+        self._control(m, {"op": "create", "spoke": self.index, "request": req.to_json(),
+                          **({"seqBase": base} if base else {})})
+
+    #: ids of every pipeline created on this kernel (immutable, replaced on change; a class
+    #: default for kernels pickled before it was kept)
+    created: frozenset = frozenset()
 
     def _delete(self, req) -> None:
         node = self._node(req)

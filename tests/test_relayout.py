@@ -128,6 +128,28 @@ def test_an_update_while_a_synchronization_is_in_flight_stops_nothing(protocol, 
                 and r.levelname == "ERROR"]  # no handler raised
 
 
+@pytest.mark.parametrize("protocol,variant,extra", RUNS)
+def test_an_update_that_leaves_classes_out_keeps_them_out_of_every_model(protocol, variant,
+                                                                         extra):
+    """Five classes learned, then an Update declares two while pushes of the five-class
+    model are in flight: no hub takes such a push back into the global model (before, SSP,
+    TAP, EASGD and Adaptive hubs grew the three classes back, and every spoke with them)."""
+    rng = np.random.default_rng(3)
+    w = DeadWire()
+    w.request(create(protocol, variant, extra, "sum", 2))
+    for i in range(61):
+        w.spokes[i % 2].on_data("T" + orjson.dumps(
+            {"id": -i, "features": rng.normal(size=2).tolist(), "label": i % 5}).decode())
+        if i < 50:
+            w.pump()
+    w.request({"id": 0, "request": "Update", "requestId": "u",
+               "learner": {"parameters": {"classes": [0, 1]}}})
+    q = good_records(w)
+    assert q["model"]["layout"]["classes"] == [0, 1]
+    assert [sp.nodes[0].pipeline.learner.layout()["classes"] for sp in w.spokes] == [[0, 1]] * 2
+    assert synchronizations(q) > 0
+
+
 def test_an_update_fixes_the_layout_of_evenflow_and_bsp_pipelines_in_flink(broker):
     """Through the real broker and a Flink MiniCluster, 2 spokes: an EVENFLOW and a BSP
     pipeline agree on a wrong layout (64 records of width 3 come first), an Update

@@ -997,10 +997,18 @@ class ShardedHub(PipelineHub):
         Raises
         ------
         ValueError
-            A shard of the wrong size or layout (``m > 1``).
+            A shard of the wrong size or layout (``m > 1``); of another width, or with
+            classes outside those the pipeline declares (``m = 1``: a model from before an
+            Update that changed the layout).
         """
         if not self.sharded:
             for _, layout in items:
+                # a model of classes the pipeline no longer declares (pushed before an
+                # Update that left them out) would grow them back into the global model
+                extra = self.layout.undeclared(layout.get("classes") or [])
+                if extra:
+                    raise ValueError(f"a shard of classes {extra!r:.100} outside the declared "
+                                     f"{self.layout.classes!r:.100}")
                 self.learner.grow(layout)
             return [self.learner.project(np.asarray(v, dtype=np.float64), lay) for v, lay in items]
         lo, hi = self.bounds()
