@@ -946,6 +946,7 @@ class PipelineHub(Node):
                 "fitted": s["fitted"], "predicted": s["predicted"],
                 "rejected": s["rejected"], "rejectedBy": s.get("rejectedBy", {}),
                 "layoutHeld": s.get("layoutHeld", 0), "fitErrors": s["fitErrors"], "lastError": s["lastError"],
+                "protocolErrors": s.get("protocolErrors", 0),
                 "held": s.get("held", 0), "heldBytes": s.get("heldBytes", 0),
                 "pausedForS": s.get("pausedForS"), "waitingOn": s.get("waitingOn", []),
                 "crossingMsP50": s.get("crossingMsP50"), "crossingMsP95": s.get("crossingMsP95"),

@@ -65,7 +65,8 @@ at once, stale) and 0.9064 scaled; PA with 1 0.9626 unscaled, 0.9497 scaled (Ran
 
 Statistics (Query, per spoke): ``updatesMade`` (mini-batches, own updates),
 ``updatesSent`` (messages), ``updatesApplied`` (messages from others), ``updatesReceived``
-(updates in them), ``bytesToSiblings`` / ``bytesFromSiblings``, ``staleness`` (``mean``,
+(updates in them), ``updatesDropped`` (messages from others of a model before an Update
+changed the layout: another width, or classes left out; not applied), ``bytesToSiblings`` / ``bytesFromSiblings``, ``staleness`` (``mean``,
 ``p95``, ``max``), ``clock``, ``waits`` (times it paused on ``maxStaleness``),
 ``maxLead``, ``idle`` (fitted nothing between the last two Queries). The pipeline's
 ``protocol`` adds the staleness over all spokes and the replicas' ``spread``: the largest
@@ -300,6 +301,9 @@ class TensAIRSpoke(PipelineSpoke):
         self.staleness[sum(abs(int(c) - a) for c, a in zip(clock, applied))] += 1
         applied[spoke] += int(count)
         learner = self.pipeline.learner
+        if self._of_another_layout(layout):
+            self.updates_dropped += 1  # counted in the clock, as applied: nobody waits on it
+            return
         d = learner.project(delta, layout)  # grows this model to the sender's layout first
         base = self._in_current(self._base)
         w = learner.get_params() + d
@@ -307,6 +311,18 @@ class TensAIRSpoke(PipelineSpoke):
         self._base = (base + d, learner.layout())
         self.updates_applied += 1
         self.updates_received += int(count)
+
+    #: updates of another replica's model from before an Update that changed the layout
+    #: (another width, or classes this pipeline no longer declares), dropped unapplied; a
+    #: class default for snapshots taken before they were counted
+    updates_dropped = 0
+
+    def _of_another_layout(self, layout: dict) -> bool:
+        """Whether an update laid out as ``layout`` is of a model this replica no longer
+        has: another width, or classes outside the declared ones."""
+        theirs, ours = layout.get("n_features"), self.pipeline.learner.layout().get("n_features")
+        return (theirs is not None and ours is not None and theirs != ours) or \
+            bool(self.layout.undeclared(layout.get("classes") or []))
 
     # -- bounded staleness (papers/000 §III-C) ----------------------------------------------
     @remote
@@ -379,6 +395,7 @@ class TensAIRSpoke(PipelineSpoke):
         out["protocol"] = {
             "updatesMade": self.applied[self.ctx.index], "updatesSent": self.updates_sent,
             "updatesApplied": self.updates_applied, "updatesReceived": self.updates_received,
+            "updatesDropped": self.updates_dropped,
             "bytesToSiblings": stats.sibling_sent_bytes,
             "bytesFromSiblings": stats.sibling_received_bytes,
             "staleness": staleness_summary(self.staleness),
