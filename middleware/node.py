@@ -82,6 +82,10 @@ class NetworkContext(Protocol):
     subtask : int or None
         The Flink subtask hosting the node; None where its host does not say (the
         in-process kernel's spokes).
+    reraise : bool
+        Whether a failure the node catches to keep the job going (a protocol's, counted)
+        should propagate after all: the host's choice (the in-process kernel's, for tests
+        and experiments), False in the job.
     """
 
     network: int
@@ -96,6 +100,7 @@ class NetworkContext(Protocol):
     max_request_bytes: int | None
     prediction_scores: bool
     subtask: int | None
+    reraise: bool
 
     def send(self, dst_index: int, data: bytes) -> None:
         """Ship encoded envelope bytes to node ``dst_index`` of the other side.

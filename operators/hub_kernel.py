@@ -89,6 +89,11 @@ class HubContext:
         """The hub operator's subtask hosting this hub (:attr:`HubKernel.subtask`)."""
         return self._op.subtask
 
+    @property
+    def reraise(self) -> bool:
+        """The kernel's :attr:`HubKernel.reraise`."""
+        return self._op.reraise
+
     def crossing_ms(self) -> None:  # hubs get no data crossings
         return None
 

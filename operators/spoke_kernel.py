@@ -148,6 +148,11 @@ class SpokeContext:
         """The Flink subtask hosting this spoke (:attr:`SpokeKernel.subtask`)."""
         return self._op.subtask
 
+    @property
+    def reraise(self) -> bool:
+        """The kernel's :attr:`SpokeKernel.reraise`."""
+        return self._op.reraise
+
     def crossing_ms(self) -> tuple[float, float] | None:
         """p50 and p95 wall milliseconds of this spoke's last data crossings
         (:meth:`SpokeKernel.crossing_percentiles`)."""

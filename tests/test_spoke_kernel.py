@@ -7,6 +7,7 @@ import inspect
 import time
 
 import orjson
+import pytest
 
 from learning.layout import REASONS
 from middleware import codec
@@ -151,6 +152,12 @@ def test_a_protocol_that_raises_after_a_mini_batch_stops_neither_the_job_nor_the
     assert sum(st["protocol"]["pushes"] for st in faulty) == 20
     assert len([r for r in caplog.records if "the protocol failed" in r.getMessage()
                 and r.exc_info]) == 10
+    # a host that asks for failures (the in-process kernel's tests and experiments) gets it
+    w.spokes[0].reraise = True
+    with pytest.raises(RuntimeError, match="a protocol bug"):
+        for i in range(60, 72):
+            w.data(0, "T", record(i))
+    assert w.spokes[0].nodes[0].statistics()["protocolErrors"] == faulty[0]["protocolErrors"] + 1
 
 
 def test_a_full_backlog_sheds_its_pipelines_records_as_dead_letters_and_nothing_else():

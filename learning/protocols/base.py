@@ -656,12 +656,16 @@ class PipelineSpoke(Node):
     def _batch_fitted(self, n_records: int) -> None:
         """:meth:`on_batch_fitted`, whose failure (a protocol's bug, or state an Update left
         behind) is logged with its traceback and counted in ``protocolErrors``: it never
-        leaves the kernel, where it would fail the job and stop every pipeline."""
+        leaves the kernel, where it would fail the job and stop every pipeline (but where
+        the host asks for it, ``ctx.reraise``: the in-process kernel's tests and
+        experiments)."""
         try:
             self.on_batch_fitted(n_records)
         except Exception:  # a protocol's failure: keep the job (and other pipelines)
             self.protocol_errors += 1
             log.exception("%s: the protocol failed after a mini-batch", self.name)
+            if self.ctx.reraise:
+                raise
 
     def on_batch_fitted(self, n_records: int) -> None:
         """Protocol hook: a mini-batch was just fitted; ``n_records``: its records fitted
