@@ -14,8 +14,7 @@ from learning.errors import RequestError
 from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = ["DEFAULT_LIMITS", "DEFAULT_MAX_BACKLOG_BYTES", "limits_of", "check_sizes",
-           "check_execution_mode",
-           "error_response", "import_protocols"]
+           "check_model_size", "check_execution_mode", "error_response", "import_protocols"]
 
 #: The service's limits (a job may override each, :class:`flink_jobs.config.JobConfig`):
 #: ``max_request_bytes`` (bytes; larger requests: ``too_large``), ``max_pipelines`` (more:
@@ -89,6 +88,39 @@ def check_sizes(req, limit: int) -> None:
                 raise RequestError("too_large", f"{where}.parameters.{key} = {value} exceeds "
                                    f"the service's max_model_params = {limit}",
                                    f"{where}.parameters.{key}")
+
+
+def check_model_size(learner: dict, limit: int, layout: dict | None = None) -> None:
+    """Refuse a model larger than ``limit`` parameters before it is allocated: the size
+    :meth:`learning.learners.base.Learner.declared_size` computes from ``learner``'s
+    hyperparameters and declared layout (``parameters`` ``n_features``, ``classes``; for
+    an Update, ``learner`` is what it changes and ``layout`` the pipeline's current
+    ``{"name", "hyperParameters", "n_features", "classes"}``). Each number alone may be
+    below the limit and their product far above (10⁶ features × 1,000 classes: 8 GB per
+    node, which an Update allocated on every spoke and hub before this check).
+
+    Raises
+    ------
+    RequestError
+        ``too_large`` (field ``learner.parameters``).
+    """
+    from learning.registry import LEARNERS
+
+    base = layout or {}
+    cls = LEARNERS.get(learner.get("name") or base.get("name"))
+    if cls is None:
+        return  # an unknown learner is refused when it is built
+    hyper = {**(base.get("hyperParameters") or {}), **(learner.get("hyperParameters") or {})}
+    params = {k: base.get(k) for k in ("n_features", "classes")}
+    params.update({k: v for k, v in (learner.get("parameters") or {}).items()
+                   if k in ("n_features", "classes") and v is not None})
+    size = cls.declared_size(hyper, params)
+    if size > limit:
+        raise RequestError("too_large", f"{cls.__name__} would have {size:,} parameters "
+                           f"(n_features {params.get('n_features')}, "
+                           f"{len(params.get('classes') or ())} classes declared, "
+                           f"hyperParameters {hyper or 'by default'}), above the service's "
+                           f"max_model_params = {limit:,}", "learner.parameters")
 
 
 def check_execution_mode(learner, learner_name: str, execution_mode: str) -> None:

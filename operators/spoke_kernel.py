@@ -37,8 +37,8 @@ from middleware import SPOKE, codec
 from middleware.codec import SiblingOp, Wire
 from middleware.errors import CodecError
 from operators.feedback import RESEND_AFTER_S, ResendWindow, SpokeChannels, new_incarnation
-from operators.service import (DEFAULT_MAX_BACKLOG_BYTES, check_execution_mode, check_sizes,
-                               error_response, limits_of)
+from operators.service import (DEFAULT_MAX_BACKLOG_BYTES, check_execution_mode,
+                               check_model_size, check_sizes, error_response, limits_of)
 
 __all__ = ["SpokeKernel", "SpokeContext", "HUBS", "SPOKES"]
 
@@ -707,6 +707,7 @@ class SpokeKernel:
             raise RequestError("too_many_pipelines", f"the service runs its maximum of "
                                f"{self.limits['max_pipelines']} pipelines", "id")
         check_sizes(req, self.limits["max_model_params"])
+        check_model_size(req.learner or {}, self.limits["max_model_params"])
         m = int(req.training_configuration["hubParallelism"])
         if m > self.n_hubs:
             raise RequestError("too_many_hubs", f"hubParallelism {m} > the job's {self.n_hubs} hubs",
@@ -751,6 +752,10 @@ class SpokeKernel:
     def _update(self, req) -> None:
         node = self._node(req)
         check_sizes(req, self.limits["max_model_params"])
+        current = node.request.learner
+        check_model_size(req.learner or {}, self.limits["max_model_params"], {
+            "name": current["name"], "hyperParameters": current.get("hyperParameters"),
+            "n_features": node.layout.n_features, "classes": node.layout.classes})
         node.update(req)
         self._control(node.ctx.n_hubs, {"op": "update", "spoke": self.index,
                                         "request": req.to_json()})

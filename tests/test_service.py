@@ -123,6 +123,17 @@ HOSTILE = [
      "trainingConfiguration.hubParallelism"),
     ("10^9-wide model", {**create(1), "learner": {"name": "PA", "parameters": {"n_features": 10**9}}},
      "too_large", "learner.parameters.n_features"),
+    # each number below max_model_params (10^7), their product far above: refused before
+    # anything is allocated (before, 8 GB per node)
+    ("10^6 features x 1,000 classes", {**create(1), "learner": {
+        "name": "PA", "parameters": {"n_features": 10**6, "classes": list(range(1000))}}},
+     "too_large", "learner.parameters"),
+    ("MLP of 10^10 weights", {**create(1), "learner": {
+        "name": "MLP", "hyperParameters": {"hidden_layers": [100_000, 100_000]}}},
+     "too_large", "learner.parameters"),
+    ("update to 10^6 features x 1,000 classes", {"id": 20, "request": "Update", "learner": {
+        "parameters": {"n_features": 10**6, "classes": list(range(1000))}}},
+     "too_large", "learner.parameters"),
     ("2 MB request", b'{"id": 1, "request": "Query", "pad": "' + b"x" * BIG + b'"}', "too_large", None),
     ("5 MB valid request", {"id": 1, "request": "Query", "pad": "x" * 5_000_000}, "too_large", None),
     ("duplicate create", create(20), "exists", "id"),
@@ -201,3 +212,36 @@ def test_hostile_requests_are_answered_and_harm_nothing(broker, data):
     # every spoke counts each rejected request; "fake envelope" only spoke 0 counts
     assert final["service"]["requestsRejected"] == 2 * len(HOSTILE) - 1
     assert final["prequentialAccuracy"] > 0.98 and final["rejected"] == 0
+
+
+@pytest.mark.parametrize("learner,size", [
+    ({"name": "PA", "parameters": {"n_features": 10**6, "classes": list(range(1000))}},
+     1_000_001_000),
+    ({"name": "Ridge", "parameters": {"n_features": 10_000}}, 50_025_002),
+    ({"name": "KMeans", "hyperParameters": {"n_clusters": 10_000},
+      "parameters": {"n_features": 10_000}}, 100_010_000),
+    ({"name": "MLP", "hyperParameters": {"hidden_layers": [100_000, 100_000]}},
+     10_000_300_002),
+])
+def test_a_model_too_large_is_refused_before_it_is_allocated(learner, size):
+    """Each number of the request below ``max_model_params`` (10^7), the model they make
+    far above it (``Learner.declared_size``): the Create, and an Update that declares such
+    a layout, are answered ``too_large`` on the spoke kernel before anything is allocated,
+    and the pipelines already running go on."""
+    from tests.test_layout import DeadWire
+
+    w = DeadWire()
+    w.request(create(1, "PA"))
+    w.request({**create(2), "learner": learner})
+    (answer,) = [r for r in w.responses if r.get("requestId") == "create-2"]
+    assert (answer["status"], answer["error"]["code"], answer["error"]["field"]) == \
+        ("error", "too_large", "learner.parameters")
+    assert f"{size:,} parameters" in answer["error"]["message"]
+    if learner["name"] == "PA":
+        w.request({"id": 1, "request": "Update", "requestId": "u",
+                   "learner": {"parameters": learner["parameters"]}})
+        (answer,) = [r for r in w.responses if r.get("requestId") == "u"]
+        assert answer["error"]["code"] == "too_large"
+    for i in range(8):
+        w.data(i % 2, "T", {"id": i, "features": [1.0, float(i % 2)], "label": i % 2})
+    assert w.query(1)["fitted"] == 8 and 2 not in w.spokes[0].nodes

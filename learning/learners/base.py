@@ -17,7 +17,8 @@ import numpy as np
 
 from learning.component import Component
 
-__all__ = ["Learner", "label_key", "as_labels", "as_matrix", "as_test_matrix", "widen_proba"]
+__all__ = ["Learner", "label_key", "as_labels", "as_matrix", "as_test_matrix", "widen_proba",
+           "declared_width"]
 
 #: JSON scalar types a label may have. ``bool`` is its own type: ``True`` is not ``1``.
 LABEL_TYPES = (bool, int, float, str)
@@ -126,6 +127,12 @@ def widen_proba(proba: np.ndarray, before: Sequence, after: Sequence,
     return out
 
 
+def declared_width(parameters: dict) -> int | None:
+    """``parameters["n_features"]`` when it is an int (a declared width), else None."""
+    d = parameters.get("n_features")
+    return d if isinstance(d, int) and not isinstance(d, bool) else None
+
+
 class Learner(Component, abc.ABC):
     """An online learner that fits mini-batches and exposes a flat parameter vector.
 
@@ -173,6 +180,18 @@ class Learner(Component, abc.ABC):
     #: hyperparameter: :meth:`hyperparameters`, :meth:`clone` and :meth:`to_json` keep the
     #: declared step size, and a clone or a learner read from JSON runs at 1.
     step_scale: float = 1.0
+
+    @classmethod
+    def declared_size(cls, hyperparameters: dict, parameters: dict) -> int:
+        """The parameters (float64 numbers) of the model that ``hyperparameters`` (the
+        request's; a missing one at its default) and a declared layout (``parameters``
+        ``n_features`` and ``classes``) make, computed before anything is allocated: the
+        service refuses a request above its ``max_model_params``. 0 while the width is not
+        declared. This default is a linear model's ``(n_features + 1) × max(1,
+        n_classes)``; learners that hold more per feature say so.
+        """
+        d = declared_width(parameters)
+        return 0 if d is None else (d + 1) * max(1, len(parameters.get("classes") or ()))
 
     # --- required verbs -----------------------------------------------------------------
 

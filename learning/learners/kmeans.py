@@ -21,7 +21,7 @@ import numpy as np
 
 from learning.errors import HyperparameterError, ParameterError
 from learning.hyperparameters import Hyperparameter, check_stored
-from learning.learners.base import Learner, as_matrix
+from learning.learners.base import Learner, as_matrix, declared_width
 from learning.learners.linear import check_n_features, grow_n_features, load_matrix
 
 __all__ = ["KMeans"]
@@ -114,6 +114,13 @@ class KMeans(Learner):
                        ">= n_clusters (None: 3 k)", interval="[1, inf)", optional=True),
         Hyperparameter("seed", int, 0, "seeds the k-means++ sampling", interval="[0, inf)"),
     )
+
+    @classmethod
+    def declared_size(cls, hyperparameters: dict, parameters: dict) -> int:
+        """``n_clusters × (n_features + 1)`` (0 while the width is not declared)."""
+        d = declared_width(parameters)
+        k = hyperparameters.get("n_clusters")
+        return 0 if d is None else (8 if k is None else int(k)) * (d + 1)
 
     def __init__(self, n_clusters: int = 8, init_size: int | None = None, seed: int = 0):
         self.n_clusters = n_clusters

@@ -27,7 +27,7 @@ import numpy as np
 from learning.errors import HyperparameterError, ParameterError
 from learning.hyperparameters import INT_LIST, Hyperparameter, check_stored
 from learning.learners.base import (Learner, as_labels, as_matrix, as_test_matrix,
-                                    widen_proba)
+                                    declared_width, widen_proba)
 from learning.learners.labels import LabelIndex
 from learning.learners.linear import check_n_features
 from learning.learners.regressor import Regressor
@@ -743,6 +743,17 @@ class MLP(_TorchClassifier):
         *_torch_hyperparameters(learning_rate=0.005),
     )
 
+    @classmethod
+    def declared_size(cls, hyperparameters: dict, parameters: dict) -> int:
+        """The weights and biases of the layers: ``n_features`` → ``hidden_layers`` → the
+        classes (while the width is not declared, those past the first layer)."""
+        d = declared_width(parameters)
+        hidden = hyperparameters.get("hidden_layers")
+        widths = [*([] if d is None else [d]),
+                  *([64] if hidden is None else [int(h) for h in hidden]),
+                  max(2, len(parameters.get("classes") or ()))]
+        return sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+
     def __init__(self, hidden_layers: list[int] | None = None, activation: str = "relu",
                  optimizer: str = "adam", learning_rate: float = 0.005,
                  loss_function: str = "cross_entropy", weight_decay: float = 0.0,
@@ -953,6 +964,16 @@ class MLPRegressor(_TorchTraining, Regressor):
                        "side first ([]: linear least squares)", interval="[1, inf)"),
         *(h for h in _torch_hyperparameters(learning_rate=0.005) if h.name != "loss_function"),
     )
+
+    @classmethod
+    def declared_size(cls, hyperparameters: dict, parameters: dict) -> int:
+        """The weights and biases of the layers: ``n_features`` → ``hidden_layers`` → one
+        output (while the width is not declared, those past the first layer)."""
+        d = declared_width(parameters)
+        hidden = hyperparameters.get("hidden_layers")
+        widths = [*([] if d is None else [d]),
+                  *([64] if hidden is None else [int(h) for h in hidden]), 1]
+        return sum((a + 1) * b for a, b in zip(widths, widths[1:]))
 
     def __init__(self, hidden_layers: list[int] | None = None, activation: str = "relu",
                  optimizer: str = "adam", learning_rate: float = 0.005,

@@ -17,6 +17,7 @@ import numpy as np
 from learning import compiled
 from learning.errors import ParameterError
 from learning.hyperparameters import Hyperparameter, check_stored
+from learning.learners.base import declared_width
 from learning.learners.linear import check_n_features, load_matrix
 from learning.learners.regressor import LinearRegressor
 
@@ -90,6 +91,12 @@ class OnlineRidge(LinearRegressor):
                        "least squares, least-norm when singular)", interval="[0, inf)"),
         Hyperparameter("fit_intercept", bool, True, "whether the intercept b is fitted"),
     )
+
+    @classmethod
+    def declared_size(cls, hyperparameters: dict, parameters: dict) -> int:
+        """``(d + 1)(d + 2)/2 + d + 1`` for ``d`` declared features (0 undeclared)."""
+        d = declared_width(parameters)
+        return 0 if d is None else (d + 1) * (d + 2) // 2 + d + 1
 
     def __init__(self, alpha: float = 1.0, fit_intercept: bool = True):
         self.alpha = alpha
