@@ -47,6 +47,8 @@ REASONS = {
     "label_type": "a label that is not a JSON scalar, or not of the pipeline's label type",
     "label_too_long": f"a string label of more than {MAX_LABEL_CHARS} characters",
     "unseen_class": "a label outside the classes declared at Create",
+    "too_many_classes": "a label of a new class past trainingConfiguration.maxClasses (classes "
+                        "not declared)",
     "not_agreed": "the record disagrees with the layout the spokes agreed on",
     "fit_failed": "the learner refused the mini-batch",
     "predict_failed": "the learner could not predict the record",

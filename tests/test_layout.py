@@ -278,3 +278,37 @@ def test_records_of_a_clear_majority_wait_for_hub_0_however_many():
     w.pump()
     q = w.query()
     assert q["fitted"] == 2700 and q["rejectedBy"] == {"width": 300}
+
+
+def test_a_classifier_learns_at_most_max_classes_from_a_spokes_stream():
+    """Continuous labels sent to a classifier (a regression target in the label column)
+    make a class of every record: past ``maxClasses`` a label of a new class is refused
+    (``too_many_classes``, counted, dead-lettered), the known classes go on learning, and
+    the model stops growing. Records of one Kafka message (an array) are checked alike;
+    declared classes are not counted."""
+    w = DeadWire()
+    request = create()
+    request["trainingConfiguration"]["maxClasses"] = 3
+    w.request(request)
+    for i in range(40):  # the layout is agreed on two classes first
+        w.data(i % 2, "T", good(i))
+    for i in range(10):  # then 10 labels of new classes on spoke 0
+        w.data(0, "T", {"id": 100 + i, "features": [1.0, 0.5], "label": 10 + i})
+    w.spokes[1].on_data("T" + orjson.dumps([{"id": 200 + i, "features": [1.0, 0.5], "label": 30 + i}
+                                             for i in range(20)]).decode())
+    w.pump()
+    q = w.query()
+    # each spoke's stream brought one class (good(i) goes to spoke i % 2 with label i % 2),
+    # so each takes two new ones
+    assert q["rejectedBy"] == {"too_many_classes": 8 + 18}
+    assert {d["code"] for d in w.dead} == {"too_many_classes"} and len(w.dead) == 26
+    assert "maxClasses" in w.dead[0]["reason"]
+    assert len(q["model"]["layout"]["classes"]) == 6 and q["fitted"] == 40 + 4
+    # declared classes are the layout's business, not the cap's
+    w = DeadWire()
+    request = create(n_features=2, classes=list(range(10)))
+    request["trainingConfiguration"]["maxClasses"] = 3
+    w.request(request)
+    for i in range(10):
+        w.data(0, "T", {"id": i, "features": [1.0, 0.5], "label": i})
+    assert w.query()["fitted"] == 10

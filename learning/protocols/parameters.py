@@ -355,6 +355,9 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
     Param("layoutQuorum", int, DEFAULT_QUORUM, "records that must agree (a strict majority of "
           "all spokes' votes) before an undeclared layout is fixed; held until then",
           interval="[2, 100000]"),
+    Param("maxClasses", int, 1000, "classes a classifier learns from a spoke's stream when "
+          "learner.parameters.classes is not declared; a label of a new class past it is "
+          "refused (too_many_classes)", interval="[2, 1000000]"),
     Param("aggregation", str, None, "how hubs fold spokes' work into the global model: average "
           "(papers/003 eq. 2; EASGD/Adaptive: the elastic step), sum of deltas (papers/002 "
           "§2.1, beta = 1), diversity (rounds: beta = the deltas' gradient diversity, Yin et "
