@@ -294,8 +294,8 @@ def test_a_classifier_learns_at_most_max_classes_from_a_spokes_stream():
         w.data(i % 2, "T", good(i))
     for i in range(10):  # then 10 labels of new classes on spoke 0
         w.data(0, "T", {"id": 100 + i, "features": [1.0, 0.5], "label": 10 + i})
-    w.spokes[1].on_data("T" + orjson.dumps([{"id": 200 + i, "features": [1.0, 0.5], "label": 30 + i}
-                                             for i in range(20)]).decode())
+    w.spokes[1].on_data("T" + orjson.dumps([
+        {"id": 200 + i, "features": [1.0, 0.5], "label": 30 + i} for i in range(20)]).decode())
     w.pump()
     q = w.query()
     # each spoke's stream brought one class (good(i) goes to spoke i % 2 with label i % 2),

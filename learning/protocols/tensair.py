@@ -66,9 +66,10 @@ at once, stale) and 0.9064 scaled; PA with 1 0.9626 unscaled, 0.9497 scaled (Ran
 Statistics (Query, per spoke): ``updatesMade`` (mini-batches, own updates),
 ``updatesSent`` (messages), ``updatesApplied`` (messages from others), ``updatesReceived``
 (updates in them), ``updatesDropped`` (messages from others of a model before an Update
-changed the layout: another width, or classes left out; not applied), ``bytesToSiblings`` / ``bytesFromSiblings``, ``staleness`` (``mean``,
-``p95``, ``max``), ``clock``, ``waits`` (times it paused on ``maxStaleness``),
-``maxLead``, ``idle`` (fitted nothing between the last two Queries). The pipeline's
+changed the layout: another width, or classes left out; not applied), ``bytesToSiblings``
+/ ``bytesFromSiblings``, ``staleness`` (``mean``, ``p95``, ``max``), ``clock``, ``waits``
+(times it paused on ``maxStaleness``), ``maxLead``, ``idle`` (fitted nothing between the
+last two Queries). The pipeline's
 ``protocol`` adds the staleness over all spokes and the replicas' ``spread``: the largest
 L2 distance of a replica's parameter vector from the replicas' mean at Query time
 (``model``: that mean).
