@@ -32,7 +32,7 @@ from learning.learners.labels import LabelIndex
 from learning.learners.linear import check_n_features
 from learning.learners.regressor import Regressor
 
-__all__ = ["MLP", "CNN", "MLPRegressor"]
+__all__ = ["MLP", "CNN", "MLPRegressor", "layer_chain_size"]
 
 _ACTIVATIONS = ("relu", "tanh", "sigmoid")
 _OPTIMIZERS = ("sgd", "adam")
@@ -677,6 +677,17 @@ class _TorchClassifier(_TorchTraining, Learner):
         self._load_network(parameters)
 
 
+def layer_chain_size(hyperparameters: dict, parameters: dict, outputs: int) -> int:
+    """The weights and biases of fully connected layers ``n_features`` → ``hidden_layers``
+    (a request's, default ``[64]``) → ``outputs``; while the width is not declared, those
+    past the first layer (:meth:`learning.learners.base.Learner.declared_size`)."""
+    d = declared_width(parameters)
+    hidden = hyperparameters.get("hidden_layers")
+    widths = [*([] if d is None else [d]),
+              *([64] if hidden is None else [int(h) for h in hidden]), outputs]
+    return sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+
+
 class MLP(_TorchClassifier):
     """Multi-layer perceptron classifier (PyTorch), trained online by SGD or Adam.
 
@@ -745,14 +756,9 @@ class MLP(_TorchClassifier):
 
     @classmethod
     def declared_size(cls, hyperparameters: dict, parameters: dict) -> int:
-        """The weights and biases of the layers: ``n_features`` → ``hidden_layers`` → the
-        classes (while the width is not declared, those past the first layer)."""
-        d = declared_width(parameters)
-        hidden = hyperparameters.get("hidden_layers")
-        widths = [*([] if d is None else [d]),
-                  *([64] if hidden is None else [int(h) for h in hidden]),
-                  max(2, len(parameters.get("classes") or ()))]
-        return sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+        """:func:`layer_chain_size` to the classes (at least 2)."""
+        return layer_chain_size(hyperparameters, parameters,
+                                max(2, len(parameters.get("classes") or ())))
 
     def __init__(self, hidden_layers: list[int] | None = None, activation: str = "relu",
                  optimizer: str = "adam", learning_rate: float = 0.005,
@@ -967,13 +973,8 @@ class MLPRegressor(_TorchTraining, Regressor):
 
     @classmethod
     def declared_size(cls, hyperparameters: dict, parameters: dict) -> int:
-        """The weights and biases of the layers: ``n_features`` → ``hidden_layers`` → one
-        output (while the width is not declared, those past the first layer)."""
-        d = declared_width(parameters)
-        hidden = hyperparameters.get("hidden_layers")
-        widths = [*([] if d is None else [d]),
-                  *([64] if hidden is None else [int(h) for h in hidden]), 1]
-        return sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+        """:func:`layer_chain_size` to one output."""
+        return layer_chain_size(hyperparameters, parameters, 1)
 
     def __init__(self, hidden_layers: list[int] | None = None, activation: str = "relu",
                  optimizer: str = "adam", learning_rate: float = 0.005,
