@@ -246,12 +246,21 @@ class Layout:
             raise RecordRejected(f"label {label!r:.40} is not one of the declared classes "
                                  f"{self.classes!r:.200}", "unseen_class")
 
-    def undeclared(self, classes: list) -> list:
-        """The labels of ``classes`` outside the declared classes (none when this layout
-        declares none), in order."""
-        if self.classes is None:
-            return []
-        return [c for c in classes if (type(c), c) not in self._class_keys]
+    def misfit(self, model_layout: dict) -> str | None:
+        """Why a model laid out as ``model_layout`` (a learner's ``layout()``: a shard
+        pushed to a hub, a replica's update) is not of this pipeline's model, or None: its
+        width differs from this layout's (both known), or it has classes outside the
+        declared ones: a model from before an Update that changed the layout."""
+        width = model_layout.get("n_features")
+        if width is not None and self.n_features is not None and width != self.n_features:
+            return f"a model of {width} features, not {self.n_features}"
+        if self.classes is not None:
+            extra = [c for c in model_layout.get("classes") or ()
+                     if (type(c), c) not in self._class_keys]
+            if extra:
+                return (f"a model of classes {extra!r:.100} outside the declared "
+                        f"{self.classes!r:.100}")
+        return None
 
     def to_json(self) -> dict:
         return {"nFeatures": self.n_features, "labelType": self.label_type,

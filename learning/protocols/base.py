@@ -196,7 +196,6 @@ class PipelineSpoke(Node):
         self._task = learner.task
         self.layout = declared_layout(request.learner or {}, self._task, self._supervised)
         self.quorum = int(cfg.get("layoutQuorum", DEFAULT_QUORUM))
-        self.max_classes = TRAINING_PARAMETERS["maxClasses"].of(cfg)
         # a classifier's labels of this spoke's stream, while classes are not declared
         self._seen_classes: set | None = set() if self._counts_classes() else None
         # records held while the layout is pending: (training?, record, width, label kind)

@@ -1003,12 +1003,11 @@ class ShardedHub(PipelineHub):
         """
         if not self.sharded:
             for _, layout in items:
-                # a model of classes the pipeline no longer declares (pushed before an
-                # Update that left them out) would grow them back into the global model
-                extra = self.layout.undeclared(layout.get("classes") or [])
-                if extra:
-                    raise ValueError(f"a shard of classes {extra!r:.100} outside the declared "
-                                     f"{self.layout.classes!r:.100}")
+                # a model from before an Update that changed the layout (classes left out
+                # would grow back into the global model)
+                misfit = self.layout.misfit(layout)
+                if misfit:
+                    raise ValueError(f"a shard of {misfit}")
                 self.learner.grow(layout)
             return [self.learner.project(np.asarray(v, dtype=np.float64), lay) for v, lay in items]
         lo, hi = self.bounds()

@@ -302,7 +302,7 @@ class TensAIRSpoke(PipelineSpoke):
         self.staleness[sum(abs(int(c) - a) for c, a in zip(clock, applied))] += 1
         applied[spoke] += int(count)
         learner = self.pipeline.learner
-        if self._of_another_layout(layout):
+        if self.layout.misfit(layout):  # of a model from before an Update of the layout
             self.updates_dropped += 1  # counted in the clock, as applied: nobody waits on it
             return
         d = learner.project(delta, layout)  # grows this model to the sender's layout first
@@ -317,13 +317,6 @@ class TensAIRSpoke(PipelineSpoke):
     #: (another width, or classes this pipeline no longer declares), dropped unapplied; a
     #: class default for snapshots taken before they were counted
     updates_dropped = 0
-
-    def _of_another_layout(self, layout: dict) -> bool:
-        """Whether an update laid out as ``layout`` is of a model this replica no longer
-        has: another width, or classes outside the declared ones."""
-        theirs, ours = layout.get("n_features"), self.pipeline.learner.layout().get("n_features")
-        return (theirs is not None and ours is not None and theirs != ours) or \
-            bool(self.layout.undeclared(layout.get("classes") or []))
 
     # -- bounded staleness (papers/000 §III-C) ----------------------------------------------
     @remote
