@@ -254,6 +254,12 @@ def build_request(args: argparse.Namespace) -> dict:
     return req
 
 
+def _isolation(args: argparse.Namespace) -> str:
+    """The isolation level of a command's Kafka readers: ``read_committed`` with
+    ``--read-committed`` (``$OMLDM_READ_COMMITTED``), else ``read_uncommitted``."""
+    return "read_committed" if getattr(args, "read_committed", False) else "read_uncommitted"
+
+
 def _send(args: argparse.Namespace, req: dict, wait: bool) -> dict | None:
     """Write ``req`` to the requests topic; with ``wait``, its response (read from the
     responses topic's end, opened before the write).
@@ -268,7 +274,8 @@ def _send(args: argparse.Namespace, req: dict, wait: bool) -> dict | None:
     conn = KafkaConnection.from_args(args)
     servers = _need_servers(conn)
     t = _topics(args)
-    reader = (TopicReader(servers, t.responses, from_end=True, **conn.client_kwargs("consumer"))
+    reader = (TopicReader(servers, t.responses, from_end=True, isolation_level=_isolation(args),
+                          **conn.client_kwargs("consumer"))
               if wait else None)
     try:
         producer = JsonProducer(servers, **conn.client_kwargs("producer"))
@@ -347,7 +354,8 @@ def _predict(args: argparse.Namespace) -> int:
 
         if args.from_topic:
             source = TopicReader(servers, args.from_topic, json=False,
-                                 from_end=not args.from_beginning, **conn.client_kwargs("consumer"))
+                                 from_end=not args.from_beginning,
+                                 isolation_level=_isolation(args), **conn.client_kwargs("consumer"))
             deadline = time.monotonic() + args.timeout if args.timeout else None
             while deadline is None or time.monotonic() < deadline:
                 values = source.poll(200)
@@ -441,7 +449,8 @@ def _topics_cmd(args: argparse.Namespace) -> int:
                 print(f"{name:32s} {'missing':>12s}")
                 continue
             if args.read:
-                reader = TopicReader(servers, name, json=False, **conn.client_kwargs("consumer"))
+                reader = TopicReader(servers, name, json=False, isolation_level=_isolation(args),
+                                     **conn.client_kwargs("consumer"))
                 n = sum(1 for _ in reader.drain(idle_ms=args.idle_ms))
                 reader.close()
             else:
@@ -491,7 +500,7 @@ def _tail(args: argparse.Namespace) -> int:
     servers = _need_servers(conn)
     topic = getattr(_topics(args), _TOPIC_FIELDS.get(args.topic, ""), None) or args.topic
     reader = TopicReader(servers, topic, json=False, from_end=not args.from_beginning,
-                         **conn.client_kwargs("consumer"))
+                         isolation_level=_isolation(args), **conn.client_kwargs("consumer"))
     shown = 0
     deadline = time.monotonic() + args.timeout if args.timeout else None
     try:
@@ -710,6 +719,15 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
     def sharding(p: argparse.ArgumentParser) -> None:
         add_sharding_arguments(p)
 
+    def committed(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--read-committed", action="store_true",
+                       default=os.environ.get("OMLDM_READ_COMMITTED", "") not in ("", "0"),
+                       help="read with isolation.level=read_committed: of a job run with "
+                            "--exactly-once-outputs, only the predictions, responses and "
+                            "deadLetters its checkpoints committed, each once committed "
+                            "($OMLDM_READ_COMMITTED=1; default: everything as soon as it "
+                            "is written)")
+
     def exactly_once(p: argparse.ArgumentParser) -> None:
         p.add_argument("--exactly-once-outputs", action="store_true",
                        help="write predictions, responses and deadLetters in Kafka transactions "
@@ -806,6 +824,7 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                      "error response, 3 on a timeout")
     req.add_argument("--timeout", type=float, default=30.0,
                      help="--wait: seconds to wait for the response (exit 3 past it)")
+    committed(req)
 
     export = command("export", "print the Create request that re-creates a pipeline from "
                      "its global model (learner parameters, every shard; preprocessor "
@@ -814,6 +833,7 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
     export.add_argument("--request-id", help="the requestId of the Query (default: generated)")
     export.add_argument("--timeout", type=float, default=30.0,
                         help="seconds to wait for the answer (exit 3 past it)")
+    committed(export)
 
     stream = command("stream", "write records to training (and every N-th one, without its "
                      "label, to forecasting): a CSV / JSON Lines file or stdin, a river "
@@ -872,6 +892,7 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                          help="--from-topic: stop after this many seconds (default: never)")
     predict.add_argument("-n", type=int, default=None,
                          help="--from-topic: stop after N records")
+    committed(predict)
 
     topics = command("topics", "list the job's topics (--topic-prefix applied) with their "
                      "record counts, from offsets (approximate on the embedded local broker, "
@@ -880,6 +901,7 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                         help="count by reading every record (exact, slower)")
     topics.add_argument("--idle-ms", type=int, default=500,
                         help="--read: a topic is counted when a read stays empty this long")
+    committed(topics)
 
     tail = command("tail", "follow a topic (predictions, responses, ...)", _tail)
     tail.add_argument("topic", help="predictions, responses, deadLetters, ... or any topic name")
@@ -887,6 +909,7 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                       help="start at the topic's first record instead of its end")
     tail.add_argument("-n", type=int, default=None, help="stop after N records")
     tail.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    committed(tail)
 
     from flink_jobs.experiment import add_parser as add_experiment_parser
 

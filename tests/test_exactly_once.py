@@ -13,12 +13,14 @@ here: the kill test of the guarantee is ``tests/test_faults.py``.
 from __future__ import annotations
 
 import collections
+import json
 import time
 
 import numpy as np
 import pytest
 
 from deploy.broker import LocalBroker, embedded_engine
+from flink_jobs.cli import _isolation, _parser, main
 from flink_jobs.demo import shuttle_create_request
 from flink_jobs.job import TRANSACTION_TIMEOUT_MS, build_job, create_environment
 from flink_jobs.kafka_io import TopicReader
@@ -132,7 +134,7 @@ def _read_all(cfg, topic: str, done, timeout: float = 60.0) -> list:
     return out
 
 
-def _run(broker, exactly_once: bool, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _run(broker, exactly_once: bool, X: np.ndarray, y: np.ndarray, capsys) -> np.ndarray:
     prefix = f"eo-{'on' if exactly_once else 'off'}-"
     cfg = local_config(broker.bootstrap_servers, topic_prefix=prefix, spokes=2, hubs=1,
                        checkpoint_interval_ms=INTERVAL_MS, exactly_once_outputs=exactly_once)
@@ -165,6 +167,17 @@ def _run(broker, exactly_once: bool, X: np.ndarray, y: np.ndarray) -> np.ndarray
             assert len(answers) >= 3, answers
             assert set(answers.values()) == {1}, answers.most_common(3)
             assert len(_read_all(cfg, cfg.topics.dead_letters, lambda v: len(v) >= 1)) == 1
+            # the command line reads committed outputs when told: a Query's answer comes
+            # once its checkpoint commits it, the dead letter is there for the tail
+            conn = ["--bootstrap-servers", broker.bootstrap_servers, "--topic-prefix", prefix,
+                    "--read-committed"]
+            capsys.readouterr()
+            assert main(["request", "query", "--id", "0", "--wait", "--timeout", "60",
+                         *conn]) == 0
+            assert json.loads(capsys.readouterr().out)["fitted"] == final["fitted"]
+            assert main(["tail", "deadLetters", "--from-beginning", "-n", "1", "--timeout",
+                         "30", *conn]) == 0
+            assert "not_json" in capsys.readouterr().out
     return lat
 
 
@@ -177,8 +190,6 @@ def noida():
 
 
 def test_the_embedded_broker_of_a_job_with_exactly_once_outputs_is_noida():
-    from flink_jobs.cli import _parser
-
     assert embedded_engine(True) == "noida" and embedded_engine(False) == "tansu"
     with pytest.raises(ValueError, match="engine must be one of tansu, noida"):
         LocalBroker(engine="kafka")
@@ -191,12 +202,27 @@ def test_the_embedded_broker_of_a_job_with_exactly_once_outputs_is_noida():
         parse(["serve", "--embedded-broker", "kafka"])
 
 
-def test_outputs_arrive_once_and_only_after_the_next_checkpoint(noida):
+def test_the_command_line_reads_committed_when_told(monkeypatch):
+    """``--read-committed`` (or ``$OMLDM_READ_COMMITTED``) on the commands that read the
+    job's outputs; the default stays read_uncommitted (sooner, and all a job without
+    ``--exactly-once-outputs`` needs)."""
+    conn = ["--bootstrap-servers", "x:1"]
+    monkeypatch.delenv("OMLDM_READ_COMMITTED", raising=False)
+    for argv in (["tail", "predictions"], ["request", "query", "--id", "0", "--wait"],
+                 ["export", "--id", "0"], ["topics", "--read"], ["predict", "--pipeline", "0"]):
+        assert _isolation(_parser().parse_args([*argv, *conn])) == "read_uncommitted"
+        assert _isolation(_parser().parse_args([*argv, *conn, "--read-committed"])) \
+            == "read_committed"
+    monkeypatch.setenv("OMLDM_READ_COMMITTED", "1")
+    assert _isolation(_parser().parse_args(["tail", "responses", *conn])) == "read_committed"
+
+
+def test_outputs_arrive_once_and_only_after_the_next_checkpoint(noida, capsys):
     broker = noida
     X, y = shuttle()
     X, y = X[:1200], y[:1200]
-    on = _run(broker, True, X, y)
-    off = _run(broker, False, X, y)
+    on = _run(broker, True, X, y, capsys)
+    off = _run(broker, False, X, y, capsys)
     stats = {name: (float(np.median(v)), float(np.percentile(v, 95))) for name, v in
              (("exactly-once", on), ("at-least-once", off))}
     for name, (p50, p95) in stats.items():
