@@ -590,7 +590,7 @@ def _protocol_entries() -> list[dict]:
 def _protocol_lines(entry: dict) -> list[str]:
     if entry["names"]:
         names = entry["names"]
-        term = f" ({entry['term']})" if entry["term"] else ""
+        term = f" ({entry['term']})" if entry["term"] and entry["term"] != names[0] else ""
         also = f" (also {', '.join(names[1:])})" if len(names) > 1 else ""
         lines = [f"{names[0]}{term}{also}: {entry['summary']} [{entry['reference']}]"]
     else:
