@@ -232,7 +232,12 @@ class Layout:
         """
         if width != self.n_features:
             raise RecordRejected(f"expected {self.n_features} features, got {width}", "width")
-        if kind is None or self.label_type is None:
+        if kind is None:
+            return
+        if self.label_type is None:  # any label type; declared classes of several types
+            if self.classes is not None and (type(label), label) not in self._class_keys:
+                raise RecordRejected(f"label {label!r:.40} is not one of the declared "
+                                     f"classes {self.classes!r:.200}", "unseen_class")
             return
         if self.label_type == "number":
             if kind not in ("int", "float"):

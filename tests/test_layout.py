@@ -312,3 +312,39 @@ def test_a_classifier_learns_at_most_max_classes_from_a_spokes_stream():
     for i in range(10):
         w.data(0, "T", {"id": i, "features": [1.0, 0.5], "label": i})
     assert w.query()["fitted"] == 10
+
+
+def test_declared_classes_of_several_types_refuse_every_other_label():
+    """Labels are typed (JSON ``1``, ``1.0`` and ``true`` are three classes). With declared
+    classes of several types the layout has no one label type, and the classes alone
+    decide: before, no label was checked then, a spoke learned label ``1`` of a pipeline
+    declared with ``[0, true]``, and the hub refused every push of its model (BSP: every
+    round failed)."""
+    w = DeadWire()
+    w.request(create(protocol="Synchronous", n_features=2, classes=[0, True]))
+    labels = [0, True, 1]  # 1 is not true: it is refused
+    for i in range(60):
+        w.data(i % 2, "T", {**good(i), "label": labels[i % 3]})
+    q, before = w.query(), None
+    while q["fitted"] != before:  # each Query closes a round a spoke left open
+        before, q = q["fitted"], w.query()
+    assert q["fitted"] == 40 and q["rejectedBy"] == {"unseen_class": 20}
+    assert {d["record"]["label"] for d in w.dead} == {1}
+    assert sum(s.get("syncFailures", 0) for s in q["spokes"]) == 0
+    assert q["protocol"]["rounds"] >= 4
+
+
+def test_an_update_with_repeated_classes_is_refused_as_a_create_is():
+    w = DeadWire()
+    w.request(create(n_features=2, classes=[0, 1]))
+    for i in range(20):
+        w.data(i % 2, "T", good(i))
+    w.request({"id": 0, "request": "Update", "requestId": "u",
+               "learner": {"parameters": {"classes": [1, 1]}}})
+    answer = next(r for r in w.responses if r.get("requestId") == "u")
+    assert answer["status"] == "error"
+    assert answer["error"]["code"] == "invalid_parameter"
+    assert answer["error"]["field"] == "learner.parameters.classes"
+    assert "distinct" in answer["error"]["message"]
+    q = w.query()
+    assert q["layout"]["classes"] == [0, 1] and q["fitted"] == 20

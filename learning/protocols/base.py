@@ -20,6 +20,7 @@ import orjson
 from learning.errors import RequestError
 from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, all_fit, decide,
                              declared_layout, inspect_record, vote_counter, vote_list)
+from learning.learners.labels import LabelIndex
 from learning.metrics import SUPERVISED_TASKS, QualityState, report
 from learning.pipeline import Pipeline
 from learning.protocols.parameters import TRAINING_PARAMETERS
@@ -102,6 +103,12 @@ def relayout_of(update, current: Layout, task: str, supervised: bool):
             type(c) not in (bool, int, float, str) for c in classes)):
         raise RequestError("invalid_parameter", "classes is a non-empty list of JSON scalars",
                            "learner.parameters.classes", update.request_id)
+    if classes is not None:  # distinct, as at Create (1 and 1.0 and true are three labels)
+        try:
+            LabelIndex.checked(classes)
+        except ValueError as exc:
+            raise RequestError("invalid_parameter", str(exc), "learner.parameters.classes",
+                               update.request_id) from None
     spec = {"parameters": {"n_features": n_features, "classes": classes}}
     return replace(update, learner=learner), declared_layout(spec, task, supervised)
 
