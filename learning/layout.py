@@ -251,14 +251,17 @@ class Layout:
             raise RecordRejected(f"label {label!r:.40} is not one of the declared classes "
                                  f"{self.classes!r:.200}", "unseen_class")
 
-    def misfit(self, model_layout: dict) -> str | None:
+    def misfit(self, model_layout: dict, width: int | None = None) -> str | None:
         """Why a model laid out as ``model_layout`` (a learner's ``layout()``: a shard
         pushed to a hub, a replica's update) is not of this pipeline's model, or None: its
-        width differs from this layout's (both known), or it has classes outside the
-        declared ones: a model from before an Update that changed the layout."""
-        width = model_layout.get("n_features")
-        if width is not None and self.n_features is not None and width != self.n_features:
-            return f"a model of {width} features, not {self.n_features}"
+        width differs from ``width``, the model's width for these records (the records'
+        width through the preprocessors; by default this layout's ``n_features``), both
+        known, or it has classes outside the declared ones: a model from before an Update
+        that changed the layout."""
+        learned = model_layout.get("n_features")
+        expected = self.n_features if width is None else width
+        if learned is not None and expected is not None and learned != expected:
+            return f"a model of {learned} features, not {expected}"
         if self.classes is not None:
             extra = [c for c in model_layout.get("classes") or ()
                      if (type(c), c) not in self._class_keys]

@@ -174,16 +174,30 @@ class Pipeline:
         """Fresh preprocessors and learner with the same hyperparameters."""
         return Pipeline([p.clone() for p in self.preprocessors], self.learner.clone())
 
+    def record_width(self) -> int | None:
+        """The width of the records this pipeline takes: its learner's, unless a
+        preprocessor changes the width (feature selection, polynomial features), then the
+        input width the first such one has; None while unknown."""
+        for p in self.preprocessors:
+            if type(p).output_width is not Preprocessor.output_width:
+                return getattr(p, "n_features", None)
+        return (self.learner.to_json().get("parameters") or {}).get("n_features")
+
     def to_json(self) -> dict:
-        """``{"preProcessors": [...], "learner": {...}}`` with all state, JSON-safe.
+        """``{"preProcessors": [...], "learner": {...}}`` with all state, JSON-safe; as
+        in a Create request, the learner's ``parameters.n_features`` is the width of a
+        record (:meth:`record_width`), not of what the preprocessors make of it.
 
         :func:`learning.registry.make_pipeline` rebuilds the pipeline from it (names are
         resolved there, so that this module knows no concrete class)::
 
             make_pipeline(d["preProcessors"], d["learner"])
         """
-        return {"preProcessors": [p.to_json() for p in self.preprocessors],
-                "learner": self.learner.to_json()}
+        learner = self.learner.to_json()
+        params = learner.get("parameters") or {}
+        if params.get("n_features") is not None and self.record_width() is not None:
+            learner["parameters"] = {**params, "n_features": self.record_width()}
+        return {"preProcessors": [p.to_json() for p in self.preprocessors], "learner": learner}
 
     def __repr__(self) -> str:
         return f"Pipeline({self.preprocessors!r}, {self.learner!r})"

@@ -39,7 +39,8 @@ from learning.preprocessors.statistics import RunningMeanVariance
 
 __all__ = ["LEARNERS", "PREPROCESSORS", "BUILT_IN_LEARNERS", "BUILT_IN_PREPROCESSORS",
            "INDEPENDENT", "register_learner", "register_preprocessor", "make_learner",
-           "make_preprocessor", "make_pipeline", "check_pairing", "catalogue"]
+           "make_preprocessor", "make_pipeline", "model_width", "model_learner_spec",
+           "check_pairing", "catalogue"]
 
 #: learner name in a request → class
 LEARNERS: dict[str, type[Learner]] = {
@@ -155,10 +156,61 @@ def make_preprocessor(spec: dict, index: int = 0) -> Preprocessor:
                   "preprocessor")
 
 
+def model_width(pre_processors: list[dict] | None, n_features: int | None) -> int | None:
+    """The width of the records the learner sees: a record of ``n_features`` features
+    (``learner.parameters.n_features`` of a request: the record layout) through the
+    preprocessors in order (feature selection and polynomial features change it; None
+    stays None).
+
+    Raises
+    ------
+    learning.errors.RequestError
+        As :func:`make_preprocessor`; ``invalid_hyperparameter`` (field
+        ``preProcessors[i].hyperParameters``) when preprocessor ``i`` cannot take records of
+        the width it gets (an index out of range) or leaves none.
+    """
+    if n_features is None:
+        return None
+    width = n_features
+    for i, spec in enumerate(pre_processors or ()):
+        try:
+            width = make_preprocessor(spec, i).output_width(width)
+        except ValueError as exc:
+            raise RequestError("invalid_hyperparameter", f"preprocessor {i} "
+                               f"({spec.get('name')}) on records of {width} features: {exc}",
+                               f"preProcessors[{i}].hyperParameters") from None
+        if width < 1:
+            raise RequestError("invalid_hyperparameter", f"preprocessor {i} "
+                               f"({spec.get('name')}) leaves no feature of records of "
+                               f"{n_features}", f"preProcessors[{i}].hyperParameters")
+    return width
+
+
+def model_learner_spec(pre_processors: list[dict] | None, learner: dict) -> dict:
+    """A request's ``learner`` spec as the learner is built: ``parameters.n_features``
+    declares the width of a record, and the learner takes records as the preprocessors
+    make them (:func:`model_width`). Every learner built from a request goes through this
+    once; a learner's own ``to_json`` already holds its model width.
+
+    Raises
+    ------
+    learning.errors.RequestError
+        As :func:`model_width`.
+    """
+    params = (learner or {}).get("parameters") or {}
+    n = params.get("n_features")
+    if not pre_processors or not isinstance(n, int) or isinstance(n, bool):
+        return learner
+    width = model_width(pre_processors, n)
+    return learner if width == n else {**learner, "parameters": {**params, "n_features": width}}
+
+
 def make_pipeline(pre_processors: list[dict] | None, learner: dict) -> Pipeline:
     """Build a :class:`~learning.pipeline.Pipeline` from request specs: the one builder,
     for a Create request's ``preProcessors`` and ``learner`` as for the output of
-    :meth:`Pipeline.to_json <learning.pipeline.Pipeline.to_json>` (learned state included).
+    :meth:`Pipeline.to_json <learning.pipeline.Pipeline.to_json>` (learned state included)
+    or an export; ``learner.parameters.n_features`` is a record's width, the learner is
+    built for what the preprocessors make of it (:func:`model_learner_spec`).
 
     Parameters
     ----------
@@ -173,7 +225,7 @@ def make_pipeline(pre_processors: list[dict] | None, learner: dict) -> Pipeline:
         As :func:`make_learner` and :func:`make_preprocessor`.
     """
     pres = [make_preprocessor(spec, i) for i, spec in enumerate(pre_processors or [])]
-    return Pipeline(pres, make_learner(learner))
+    return Pipeline(pres, make_learner(model_learner_spec(pre_processors, learner)))
 
 
 def check_pairing(learner_spec: Any, protocol_name: str) -> None:

@@ -342,7 +342,8 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
     pre_processors = list(doc.get("preProcessors") or [])
     learner = doc.get("learner")
     if kind in ("Create", "Update"):
-        from learning.registry import check_pairing, make_learner, make_preprocessor
+        from learning.registry import (check_pairing, make_learner, make_preprocessor,
+                                       model_learner_spec)
 
         try:
             for i, spec in enumerate(pre_processors):
@@ -350,7 +351,10 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
                     make_preprocessor(spec, i)
             built = None
             if learner is not None and (kind == "Create" or learner.get("name") is not None):
-                built = make_learner(learner)
+                # a warm start's arrays are of the model's width (a Create declares
+                # the records'); an Update's learner carries no arrays
+                built = make_learner(model_learner_spec(pre_processors, learner)
+                                     if kind == "Create" else learner)
             if kind == "Create":
                 check_pairing(learner, config["protocol"])
                 check_scaling(built, TRAINING_PARAMETERS["scaling"].of(config), learner["name"])

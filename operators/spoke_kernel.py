@@ -33,6 +33,7 @@ from learning.layout import RecordRejected
 from learning.protocols import make_spoke
 from learning.protocols.base import PipelineSpoke, dead_letter
 from learning.requests import parse_request
+from learning.registry import model_learner_spec
 from middleware import SPOKE, codec
 from middleware.codec import SiblingOp, Wire
 from middleware.errors import CodecError
@@ -707,7 +708,8 @@ class SpokeKernel:
             raise RequestError("too_many_pipelines", f"the service runs its maximum of "
                                f"{self.limits['max_pipelines']} pipelines", "id")
         check_sizes(req, self.limits["max_model_params"])
-        check_model_size(req.learner or {}, self.limits["max_model_params"])
+        check_model_size(model_learner_spec(req.pre_processors, req.learner or {}),
+                         self.limits["max_model_params"])
         m = int(req.training_configuration["hubParallelism"])
         if m > self.n_hubs:
             raise RequestError("too_many_hubs", f"hubParallelism {m} > the job's {self.n_hubs} hubs",
@@ -753,9 +755,10 @@ class SpokeKernel:
         node = self._node(req)
         check_sizes(req, self.limits["max_model_params"])
         current = node.request.learner
-        check_model_size(req.learner or {}, self.limits["max_model_params"], {
+        check_model_size(model_learner_spec(node.request.pre_processors, req.learner or {}),
+                         self.limits["max_model_params"], {
             "name": current["name"], "hyperParameters": current.get("hyperParameters"),
-            "n_features": node.layout.n_features, "classes": node.layout.classes})
+            "n_features": node.model_width(node.layout), "classes": node.layout.classes})
         node.update(req)
         self._control(node.ctx.n_hubs, {"op": "update", "spoke": self.index,
                                         "request": req.to_json()})

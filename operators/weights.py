@@ -57,7 +57,7 @@ from typing import Any, Callable
 import numpy as np
 
 from learning.pipeline import Pipeline
-from learning.registry import make_learner, make_preprocessor
+from learning.registry import make_learner, make_preprocessor, model_learner_spec
 from middleware import codec
 from middleware.envelope import HUB, SPOKE, Envelope, Kind
 from middleware.errors import CodecError
@@ -322,7 +322,7 @@ class ModelAssembler:
         w = np.zeros(int(first["size"]), dtype=np.float64)
         for q in parts:
             w[int(q["start"]):int(q["stop"])] = np.asarray(q["shard"], dtype=np.float64)
-        learner = make_learner(first["learner"])
+        learner = make_learner(model_learner_spec(first.get("preProcessors"), first["learner"]))
         learner.grow(first["layout"])
         learner.set_params(w)
         preps = []

@@ -28,7 +28,8 @@ class Preprocessor(Component, abc.ABC):
     without the tuple has undeclared hyperparameters, checked by itself alone), implement
     :meth:`learn_transform`, :meth:`transform` and the JSON state hooks
     ``_parameters_json`` / ``_load_parameters``, and should override
-    :meth:`prequential_transform` with a vectorized version. Those with running
+    :meth:`prequential_transform` with a vectorized version; one that changes the record
+    width overrides :meth:`output_width` (the learner is built for it). Those with running
     statistics also override :meth:`statistics`, :meth:`load_statistics`,
     :meth:`merge_statistics` and :meth:`subtract_statistics` (see
     :mod:`learning.preprocessors.moments`), so that parameter-server hubs can merge the
@@ -39,6 +40,18 @@ class Preprocessor(Component, abc.ABC):
     Chan, T. F., Golub, G. H., LeVeque, R. J. (1983) Algorithms for computing the sample
     variance: analysis and recommendations. The American Statistician 37(3):242–247.
     """
+
+    def output_width(self, n_features: int) -> int:
+        """The width of what this preprocessor makes of records of ``n_features``
+        features (this one keeps the width; feature selection and polynomial features do
+        not). Computed from the hyperparameters alone, nothing allocated.
+
+        Raises
+        ------
+        ValueError
+            When records of that width cannot be transformed (an index out of range).
+        """
+        return n_features
 
     @abc.abstractmethod
     def learn_transform(self, X: np.ndarray) -> np.ndarray:

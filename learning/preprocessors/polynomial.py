@@ -3,6 +3,7 @@ classifier on degree-2 features)."""
 
 from __future__ import annotations
 
+import math
 from itertools import combinations, combinations_with_replacement
 
 import numpy as np
@@ -69,6 +70,13 @@ class PolynomialFeatures(StatelessPreprocessor):
         if self.n_features is None:
             return None
         return int(self.include_bias) + sum(g.shape[0] for g in self._groups)
+
+    def output_width(self, n_features: int) -> int:
+        """``n_out`` for ``d = n_features`` (the class docstring's formula)."""
+        d = n_features
+        terms = (math.comb(d, k) if self.interaction_only else math.comb(d + k - 1, k)
+                 for k in range(1, self.degree + 1))
+        return int(self.include_bias) + sum(terms)
 
     def _plan(self, d: int) -> None:
         """Index tuples of each degree: one ``(n_terms_k, k)`` array per ``k``."""

@@ -69,6 +69,16 @@ class FeatureSelector(StatelessPreprocessor):
         self.n_features: int | None = None
         self._columns: np.ndarray | None = None
 
+    def output_width(self, n_features: int) -> int:
+        """``len(indices)`` kept, or ``n_features`` less the distinct ones dropped.
+
+        Raises
+        ------
+        ValueError
+            For an index out of range for ``n_features``.
+        """
+        return len(self._resolve(n_features))
+
     def _resolve(self, d: int) -> np.ndarray:
         bad = [i for i in self.indices if not -d <= i < d]
         if bad:

@@ -24,7 +24,9 @@ from learning.learners.labels import LabelIndex
 from learning.metrics import SUPERVISED_TASKS, QualityState, report
 from learning.pipeline import Pipeline
 from learning.protocols.parameters import TRAINING_PARAMETERS
-from learning.registry import make_learner, make_pipeline, make_preprocessor
+from learning.registry import (make_learner, make_pipeline, make_preprocessor,
+                               model_learner_spec)
+from learning.registry import model_width as _model_width
 from learning.scaling import describe, scale_learner, spoke_mini_batch_size
 from learning.update import apply_update
 from middleware import Node, remote
@@ -35,7 +37,8 @@ __all__ = ["PipelineSpoke", "PipelineHub", "RecordRejected"]
 
 
 def _build_pipeline(request) -> Pipeline:
-    """The pipeline a Create request describes (:func:`learning.registry.make_pipeline`)."""
+    """The pipeline a Create request describes (:func:`learning.registry.make_pipeline`:
+    its learner built for the records as the preprocessors make them)."""
     return make_pipeline(request.pre_processors, request.learner)
 
 
@@ -121,12 +124,13 @@ def with_layout(request, layout: Layout):
     return replace(request, learner={**request.learner, "parameters": params})
 
 
-def needs_reset(learner, layout: Layout) -> bool:
-    """Whether ``learner``'s model cannot carry on under ``layout``: another width, or
-    classes it learned that ``layout`` does not declare."""
+def needs_reset(learner, layout: Layout, width: int | None = None) -> bool:
+    """Whether ``learner``'s model cannot carry on under ``layout``: another width (its
+    model's: ``width``, the records' width through the preprocessors; by default
+    ``layout.n_features``), or classes it learned that ``layout`` does not declare."""
     current = learner.layout() if hasattr(learner, "layout") else {}
-    width = current.get("n_features")
-    if width is not None and width != layout.n_features:
+    learned = current.get("n_features")
+    if learned is not None and learned != (layout.n_features if width is None else width):
         return True
     if layout.classes is not None and hasattr(learner, "classes"):
         declared = {(type(c), c) for c in layout.classes}
@@ -144,7 +148,25 @@ class _Batch:
         self.X, self.y, self.failed = X, y, False
 
 
-class PipelineSpoke(Node):
+class ModelWidth:
+    """What a pipeline's nodes share: the width of its model, the record layout's width
+    through the request's preprocessors (:func:`learning.registry.model_width`),
+    remembered per record width (a preprocessor's width never changes by an Update)."""
+
+    _model_widths: dict | None = None  # record width → model width (None: none yet)
+
+    def model_width(self, layout: Layout) -> int | None:
+        """The width of this pipeline's model for records laid out as ``layout``."""
+        n = layout.n_features
+        widths = self._model_widths
+        if widths is None:
+            widths = self._model_widths = {}
+        if n not in widths:
+            widths[n] = _model_width(self.request.pre_processors, n)
+        return widths[n]
+
+
+class PipelineSpoke(ModelWidth, Node):
     """One pipeline on one spoke: preprocess → predict, or buffer into mini-batches → fit.
 
     Parameters
@@ -793,7 +815,7 @@ class PipelineSpoke(Node):
         self.request = apply_update(self.request, stripped, self.pipeline)
         if layout is not None:
             self.request = with_layout(self.request, layout)
-            if needs_reset(self.pipeline.learner, layout):
+            if needs_reset(self.pipeline.learner, layout, self.model_width(layout)):
                 self._recheck_buffered(layout)
                 self.pipeline = _build_pipeline(self.request)
                 self._seen_classes = set()  # the new model has learned none (counted anew)
@@ -853,7 +875,7 @@ class PipelineSpoke(Node):
         }
 
 
-class PipelineHub(Node):
+class PipelineHub(ModelWidth, Node):
     """One pipeline on one hub (a shard of the parameter server): holds the global model
     as a learner instance used as a parameter container, and answers Queries."""
 
@@ -865,7 +887,7 @@ class PipelineHub(Node):
         self.request = replace(request, pre_processors=[
             {**p, "hyperParameters": make_preprocessor(p, i).hyperparameters()}
             for i, p in enumerate(request.pre_processors)])
-        self.learner = make_learner(request.learner)
+        self.learner = make_learner(model_learner_spec(request.pre_processors, request.learner))
         self.updates = int(request.version or 0)  # a warm start counts on from its export
         self._reports: dict[int, dict[int, dict]] = {}
         self._task = self.learner.task
@@ -923,8 +945,9 @@ class PipelineHub(Node):
         if layout is not None:
             self.request = with_layout(self.request, layout)
             self.layout = layout
-            if needs_reset(self.learner, layout):
-                self.learner = make_learner(self.request.learner)
+            if needs_reset(self.learner, layout, self.model_width(layout)):
+                self.learner = make_learner(model_learner_spec(self.request.pre_processors,
+                                                               self.request.learner))
                 self.on_relayout()
 
     def on_relayout(self) -> None:

@@ -302,7 +302,8 @@ class TensAIRSpoke(PipelineSpoke):
         self.staleness[sum(abs(int(c) - a) for c, a in zip(clock, applied))] += 1
         applied[spoke] += int(count)
         learner = self.pipeline.learner
-        if self.layout.misfit(layout):  # of a model from before an Update of the layout
+        # of a model from before an Update of the layout
+        if self.layout.misfit(layout, self.model_width(self.layout)):
             self.updates_dropped += 1  # counted in the clock, as applied: nobody waits on it
             return
         d = learner.project(delta, layout)  # grows this model to the sender's layout first

@@ -1,0 +1,158 @@
+"""Preprocessors that change a record's width (feature selection, polynomial features):
+``learner.parameters.n_features`` declares the width of a record, and the learner is
+built for what the preprocessors make of it (:func:`learning.registry.model_width`).
+
+Before, a pipeline with such a preprocessor and a declared width refused every record
+(``fit_failed``: "X has 2 features, the model expects 3"), and under every protocol
+with a hub the hubs refused every push as a model of another width (the pipeline ran as
+independent learners, its synchronizations all failed); an export declared the model's
+width as the records'. Through the job's own kernels, in process."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from learning.preprocessors.polynomial import PolynomialFeatures
+from learning.preprocessors.selection import FeatureSelector
+from learning.registry import make_pipeline, model_width
+from operators.local import LocalNetwork
+from tests.test_layout import DeadWire
+from tests.test_relayout import RUNS, synchronizations
+
+WIDTH = 3
+PREPROCESSORS = {
+    "selection": [{"name": "StandardScaler"},
+                  {"name": "FeatureSelector", "hyperParameters": {"indices": [0, 2]}}],
+    "polynomial": [{"name": "PolynomialFeatures", "hyperParameters": {"degree": 2}},
+                   {"name": "StandardScaler"}],
+}
+
+
+def _records(n: int, seed: int, train: bool = True) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, x in enumerate(rng.normal(size=(n, WIDTH))):
+        rec = {"id": i, "features": x.tolist()}
+        if train:
+            rec["label"] = int(x[0] * x[2] > 0)  # a product: polynomial features help
+        out.append(rec)
+    return out
+
+
+def _create(pid: int, protocol: str, variant: str | None, extra: dict, pre: list,
+            declared: bool, m: int = 1) -> dict:
+    config = {"protocol": protocol, "miniBatchSize": 4, "miniBatches": 1,
+              "hubParallelism": m, **extra}
+    if variant:
+        config["variant"] = variant
+    learner = {"name": "PA", "hyperParameters": {"C": 0.01}}
+    if declared:
+        learner["parameters"] = {"n_features": WIDTH, "classes": [0, 1]}
+    return {"id": pid, "request": "Create", "requestId": f"c{pid}", "preProcessors": pre,
+            "learner": learner, "trainingConfiguration": config}
+
+
+def test_output_width_is_the_width_transform_makes():
+    for d, degree, interaction_only, bias in itertools.product(
+            (1, 2, 3, 9), (1, 2, 3), (False, True), (False, True)):
+        p = PolynomialFeatures(degree=degree, interaction_only=interaction_only,
+                               include_bias=bias)
+        assert p.output_width(d) == p.transform(np.zeros((1, d))).shape[1]
+    for indices, drop, d in (([0, 1], False, 3), ([0, -1], True, 4), ([1, 1], False, 3),
+                             ([0, 0], True, 3)):
+        f = FeatureSelector(indices=indices, drop=drop)
+        assert f.output_width(d) == f.transform(np.zeros((1, d))).shape[1]
+    assert model_width(PREPROCESSORS["selection"], WIDTH) == 2
+    assert model_width(PREPROCESSORS["polynomial"], WIDTH) == 9
+    assert model_width(PREPROCESSORS["polynomial"], None) is None
+
+
+@pytest.mark.parametrize("declared", [False, True], ids=["inferred", "declared"])
+@pytest.mark.parametrize("pre", sorted(PREPROCESSORS))
+@pytest.mark.parametrize("protocol,variant,extra", [r for r in RUNS if r[0] != "TensAIR"])
+def test_every_protocol_synchronizes_a_pipeline_whose_preprocessors_change_the_width(
+        protocol, variant, extra, pre, declared):
+    if "threshold" in extra:  # FDA, EVENFLOW: synchronize on this short stream too
+        extra = {**extra, "threshold": 0.002}
+    w = DeadWire()
+    w.request(_create(0, protocol, variant, extra, PREPROCESSORS[pre], declared))
+    assert w.responses[-1]["status"] == "ok"
+    for i, rec in enumerate(_records(240, seed=1)):
+        w.data(i % 2, "T", rec)
+    q, before = w.query(), None
+    while q["fitted"] != before:  # each Query closes a round a spoke left open
+        before, q = q["fitted"], w.query()
+    assert q["fitted"] == 240 and q["rejected"] == 0
+    assert sum(s.get("syncFailures", 0) for s in q["spokes"]) == 0
+    assert synchronizations(q) > 0
+    assert q["layout"]["nFeatures"] == WIDTH
+    assert q["model"]["layout"]["n_features"] == model_width(PREPROCESSORS[pre], WIDTH)
+
+
+@pytest.mark.parametrize("pre", sorted(PREPROCESSORS))
+def test_a_sharded_model_and_tensair_replicas_take_the_width_the_preprocessors_make(pre):
+    for protocol, m in (("Synchronous", 2), ("Asynchronous", 2), ("TensAIR", 1)):
+        net = LocalNetwork(n_spokes=3, n_hubs=m, reraise=True)
+        net.request(_create(0, protocol, None, {}, PREPROCESSORS[pre], True, m))
+        assert net.outputs["responses"][-1]["status"] == "ok"
+        net.stream([(True, rec) for rec in _records(300, seed=2)])
+        q, before = net.query(), None
+        while q["fitted"] != before:  # each Query closes a round a spoke left open
+            before, q = q["fitted"], net.query()
+        assert q["fitted"] == 300 and q["rejected"] == 0, protocol
+        assert synchronizations(q) > 0, protocol
+        assert sum(s.get("syncFailures", 0) + s.get("updatesDropped", 0)
+                   for s in q["spokes"]) == 0, protocol
+
+
+def test_a_selector_that_cannot_take_the_declared_width_is_refused_at_create():
+    w = DeadWire()
+    pre = [{"name": "FeatureSelector", "hyperParameters": {"indices": [0, 5]}}]
+    w.request(_create(0, "Synchronous", None, {}, pre, True))
+    answer = w.responses[-1]
+    assert answer["status"] == "error"
+    assert answer["error"]["code"] == "invalid_hyperparameter"
+    assert answer["error"]["field"] == "preProcessors[0].hyperParameters"
+    assert "out of range for 3 features" in answer["error"]["message"]
+
+
+@pytest.mark.parametrize("pre", sorted(PREPROCESSORS))
+def test_an_export_declares_the_records_width_and_warm_starts_where_it_was(pre):
+    net = LocalNetwork(n_spokes=3, n_hubs=1)
+    net.request(_create(0, "Synchronous", None, {}, PREPROCESSORS[pre], False))
+    net.stream([(True, rec) for rec in _records(240, seed=1)])
+    net.request({"id": 0, "request": "Query", "requestId": "x", "export": True})
+    body = net.outputs["responses"][-1]["export"]
+    assert body["learner"]["parameters"]["n_features"] == WIDTH
+    net.request({**body, "id": 1})
+    assert net.outputs["responses"][-1]["status"] == "ok", net.outputs["responses"][-1]
+    held_out = _records(40, seed=3, train=False)
+    net.stream([(False, rec) for rec in held_out])
+    reference = make_pipeline(body["preProcessors"], body["learner"])
+    got = {p["id"]: p["prediction"] for p in net.outputs["predictions"] if p["pipeline"] == 1}
+    assert [got[r["id"]] for r in held_out] == \
+        reference.predict(np.asarray([r["features"] for r in held_out]))
+    # a pipeline's JSON says the same: the records' width
+    assert reference.to_json()["learner"]["parameters"]["n_features"] == WIDTH
+
+
+@pytest.mark.parametrize("pre", sorted(PREPROCESSORS))
+def test_a_weights_follower_rebuilds_the_model_for_the_records_width(pre):
+    from operators.weights import ModelAssembler
+
+    net = LocalNetwork(n_spokes=3, n_hubs=2, limits={"weights_every_ms": 0})
+    net.request(_create(0, "Synchronous", None, {}, PREPROCESSORS[pre], True, m=2))
+    net.stream([(True, rec) for rec in _records(240, seed=1)])
+    net.request({"id": 0, "request": "Query", "requestId": "x", "export": True})
+    body = net.outputs["responses"][-1]["export"]
+    follower = ModelAssembler()
+    for record in net.outputs["weights"]:
+        follower.add(record)
+    model = follower.model(0)
+    assert model is not None and model.consistent and model.version == body["version"]
+    X = [r["features"] for r in _records(40, seed=3, train=False)]
+    assert model.predict(X) == make_pipeline(body["preProcessors"], body["learner"]).predict(
+        np.asarray(X))
