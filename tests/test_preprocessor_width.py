@@ -156,3 +156,41 @@ def test_a_weights_follower_rebuilds_the_model_for_the_records_width(pre):
     X = [r["features"] for r in _records(40, seed=3, train=False)]
     assert model.predict(X) == make_pipeline(body["preProcessors"], body["learner"]).predict(
         np.asarray(X))
+
+
+def test_pipelines_behind_width_changing_preprocessors_synchronize_in_flink(broker):
+    """Through the real broker and a Flink MiniCluster, 2 spokes: a BSP pipeline with
+    PolynomialFeatures and Shuttle's declared 9 features (a model of 54), and a TAP one
+    with a FeatureSelector and an inferred layout, fit and predict every record,
+    synchronize without a failure and learn (before: the first refused every record, the
+    second's pushes were all refused)."""
+    from flink_jobs.session import Session, local_config
+    from learning.datasets import shuttle
+
+    X, y = shuttle()
+    X, y = X[:3000], y[:3000]
+    runs = {
+        0: ([{"name": "PolynomialFeatures"}, {"name": "StandardScaler"}], "Synchronous",
+            {"n_features": 9, "classes": sorted({int(v) for v in np.unique(shuttle()[1])})}),
+        1: ([{"name": "StandardScaler"},
+             {"name": "FeatureSelector", "hyperParameters": {"indices": [0, 2, 4, 6, 8]}}],
+            "Asynchronous", None),
+    }
+    cfg = local_config(broker.bootstrap_servers, topic_prefix="width-", spokes=2, hubs=1)
+    with Session(cfg, "width") as s:
+        for pid, (pre, protocol, params) in runs.items():
+            learner = {"name": "PA", "hyperParameters": {"C": 0.01}}
+            if params:
+                learner["parameters"] = params
+            assert s.request({"id": pid, "request": "Create", "requestId": f"c{pid}",
+                              "preProcessors": pre, "learner": learner,
+                              "trainingConfiguration": {"protocol": protocol,
+                                                        "miniBatchSize": 8}},
+                             timeout=120)["status"] == "ok"
+        _, n_train, n_fore = s.stream(X, y)
+        for pid in runs:
+            q = s.wait_until_counted(pid, n_train, n_fore, timeout=180)
+            assert q["rejected"] == 0 and q["prequentialAccuracy"] > 0.9
+            assert q["protocol"]["rounds"] > 10
+            assert sum(sp.get("syncFailures", 0) for sp in q["spokes"]) == 0
+        assert s.query(0)["model"]["layout"]["n_features"] == 54
