@@ -43,7 +43,9 @@ def predict_records(model: GlobalModel, records: Iterable[Any], scores: bool = F
     scores : bool
     """
     recs = list(records)
-    width = model.model.learner.layout().get("n_features")
+    width = model.record_width  # the records', not the learner's (behind the preprocessors)
+    if width is None:  # a job from before the field: right unless a preprocessor changes it
+        width = model.model.learner.layout().get("n_features")
     out: list[dict | None] = [None] * len(recs)
     good: list[int] = []
     rows: list[list[float]] = []

@@ -24,6 +24,8 @@ weights`):
 ``start``, ``stop``  the entries ``[start, stop)`` of the global vector in this shard
 ``size``            D, the length of the global parameter vector
 ``layout``          the learner's layout (classes, n_features, …): ``learner.grow``
+``recordWidth``     the width of the pipeline's records (the learner's ``n_features`` is
+                    what the preprocessors make of them); None while not agreed
 ``shard``           (stop − start,) float64, the global model's entries
 ``learner``         the learner spec the pipeline runs (``name``, ``hyperParameters``,
                     ``parameters``): rebuilt with :func:`learning.registry.make_learner`
@@ -204,6 +206,9 @@ class GlobalModel:
     model : learning.pipeline.Pipeline
         Preprocessors (with the global statistics) and learner (with the global
         parameters): ``model.predict(X)`` with X ``(n_records, n_features)`` float64.
+    record_width : int or None
+        ``n_features``, the width of the pipeline's records (None when the publishing
+        job did not say).
     published_ms : int
         The newest shard's publication time (wall-clock milliseconds).
     """
@@ -215,6 +220,7 @@ class GlobalModel:
     model: Pipeline
     published_ms: int = 0
     meta: dict = field(default_factory=dict)
+    record_width: int | None = None
 
     def predict(self, features: list) -> list:
         """Predictions for ``features`` (a list of records' feature lists, all of the
@@ -335,7 +341,8 @@ class ModelAssembler:
         versions = [int(q["version"]) for q in parts]
         return GlobalModel(pid, min(versions), versions, len(set(versions)) == 1,
                            Pipeline(preps, learner), max(int(q.get("timeMs", 0)) for q in parts),
-                           {"trainingConfiguration": first.get("trainingConfiguration")})
+                           {"trainingConfiguration": first.get("trainingConfiguration")},
+                           first.get("recordWidth"))
 
     def model(self, pipeline: int) -> GlobalModel | None:
         return self.models.get(pipeline)

@@ -15,6 +15,7 @@ import itertools
 import numpy as np
 import pytest
 
+from flink_jobs.follower import predict_records
 from learning.preprocessors.polynomial import PolynomialFeatures
 from learning.preprocessors.selection import FeatureSelector
 from learning.registry import make_pipeline, model_width
@@ -154,8 +155,14 @@ def test_a_weights_follower_rebuilds_the_model_for_the_records_width(pre):
     model = follower.model(0)
     assert model is not None and model.consistent and model.version == body["version"]
     X = [r["features"] for r in _records(40, seed=3, train=False)]
-    assert model.predict(X) == make_pipeline(body["preProcessors"], body["learner"]).predict(
-        np.asarray(X))
+    expected = make_pipeline(body["preProcessors"], body["learner"]).predict(np.asarray(X))
+    assert model.predict(X) == expected
+    # omldm predict checks a record against the records' width, not the learner's
+    assert model.record_width == WIDTH
+    out = predict_records(model, [{"id": i, "features": x} for i, x in enumerate(X)]
+                          + [{"id": 99, "features": X[0][:2]}])
+    assert [o["prediction"] for o in out[:-1]] == expected
+    assert out[-1] == {"id": 99, "pipeline": 0, "error": "2 features; pipeline 0 takes 3"}
 
 
 def test_pipelines_behind_width_changing_preprocessors_synchronize_in_flink(broker):

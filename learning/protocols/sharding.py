@@ -1136,6 +1136,7 @@ class ShardedHub(PipelineHub):
         out = {"pipeline": self.request.id, "version": self.updates, "hub": self.ctx.index,
                "hubs": self.ctx.n_hubs, "start": lo, "stop": hi,
                "size": int(self.learner.get_params().size), "layout": self.learner.layout(),
+               "recordWidth": self.layout.n_features,
                "shard": np.array(self.shard(), dtype=np.float64),
                "learner": self.request.learner,
                "trainingConfiguration": self.request.training_configuration,
