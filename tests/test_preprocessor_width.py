@@ -201,3 +201,32 @@ def test_pipelines_behind_width_changing_preprocessors_synchronize_in_flink(brok
             assert q["protocol"]["rounds"] > 10
             assert sum(sp.get("syncFailures", 0) for sp in q["spokes"]) == 0
         assert s.query(0)["model"]["layout"]["n_features"] == 54
+
+
+def test_polynomial_features_too_wide_for_memory_are_refused_and_the_job_goes_on():
+    """Degree 4 of 300 features would be 348,881,875 features a record (a mini-batch of
+    them terabytes: the process killed, every pipeline with it). A declared width is
+    refused at Create; an inferred one refuses the records, each dead-lettered with the
+    reason (``fit_failed``, ``predict_failed``), and the pipeline beside it learns on."""
+    poly = [{"name": "PolynomialFeatures", "hyperParameters": {"degree": 4}}]
+    w = DeadWire()
+    w.request({**_create(0, "Asynchronous", None, {}, poly, False),
+               "learner": {"name": "PA", "parameters": {"n_features": 300}}})
+    answer = w.responses[-1]
+    assert answer["status"] == "error" and answer["error"]["code"] == "invalid_hyperparameter"
+    assert "348,881,875" in answer["error"]["message"]
+    w.request(_create(0, "Asynchronous", None, {}, poly, False))
+    w.request(_create(1, "Asynchronous", None, {}, [{"name": "StandardScaler"}], False))
+    rng = np.random.default_rng(0)
+    for i in range(40):
+        x = rng.normal(size=300).tolist()
+        rec = {"id": i, "features": x, "label": int(x[0] > 0)} if i % 5 else {"id": i,
+                                                                              "features": x}
+        w.data(i % 2, "T" if i % 5 else "P", rec)
+    q = w.query(0)
+    assert q["rejectedBy"] == {"fit_failed": 32, "predict_failed": 8}
+    assert sorted(d["code"] for d in w.dead) == ["fit_failed"] * 32 + ["predict_failed"] * 8
+    assert all("max_features = 100,000" in d["reason"] for d in w.dead)
+    assert {len(d["record"]["features"]) for d in w.dead} == {300}
+    other = w.query(1)
+    assert other["fitted"] == 32 and other["predicted"] == 8 and other["rejected"] == 0

@@ -11,7 +11,12 @@ import numpy as np
 from learning.hyperparameters import Hyperparameter, check_stored
 from learning.preprocessors.base import StatelessPreprocessor
 
-__all__ = ["PolynomialFeatures"]
+__all__ = ["PolynomialFeatures", "MAX_FEATURES"]
+
+#: ``max_features`` by default: a mini-batch of 256 records of 100,000 features is 205 MB
+#: of float64 (degree 2 of 446 features); degree 4 of 300 would be 338 million features, a
+#: terabyte, and the process would be killed with every pipeline beside it
+MAX_FEATURES = 100_000
 
 
 class PolynomialFeatures(StatelessPreprocessor):
@@ -32,6 +37,10 @@ class PolynomialFeatures(StatelessPreprocessor):
     degree : int, >= 1
     interaction_only : bool
     include_bias : bool
+    max_features : int, >= 1
+        The most features it makes of a record (:data:`MAX_FEATURES` by default); a batch
+        of wider records raises ValueError (a pipeline refuses them: ``fit_failed``,
+        ``predict_failed``), and a declared width that would make more is refused at Create.
 
     Attributes
     ----------
@@ -54,13 +63,17 @@ class PolynomialFeatures(StatelessPreprocessor):
         Hyperparameter("interaction_only", bool, False, "a feature never multiplies itself "
                        "(x0 x1 but not x0^2)"),
         Hyperparameter("include_bias", bool, False, "add a leading column of ones"),
+        Hyperparameter("max_features", int, MAX_FEATURES, "the most features it makes of a "
+                       "record; records of a width that would make more are refused (a "
+                       "mini-batch of them would not fit in memory)", interval="[1, inf)"),
     )
 
     def __init__(self, degree: int = 2, interaction_only: bool = False,
-                 include_bias: bool = False):
+                 include_bias: bool = False, max_features: int = MAX_FEATURES):
         self.degree = degree
         self.interaction_only = interaction_only
         self.include_bias = include_bias
+        self.max_features = max_features
         check_stored(self)
         self.n_features: int | None = None
         self._groups: list[np.ndarray] = []
@@ -72,14 +85,31 @@ class PolynomialFeatures(StatelessPreprocessor):
         return int(self.include_bias) + sum(g.shape[0] for g in self._groups)
 
     def output_width(self, n_features: int) -> int:
-        """``n_out`` for ``d = n_features`` (the class docstring's formula)."""
+        """``n_out`` for ``d = n_features`` (the class docstring's formula).
+
+        Raises
+        ------
+        ValueError
+            When ``n_out`` exceeds ``max_features``.
+        """
         d = n_features
         terms = (math.comb(d, k) if self.interaction_only else math.comb(d + k - 1, k)
                  for k in range(1, self.degree + 1))
-        return int(self.include_bias) + sum(terms)
+        n_out = int(self.include_bias) + sum(terms)
+        if n_out > self.max_features:
+            raise ValueError(f"records of {d} features make {n_out:,} at degree "
+                             f"{self.degree}, above max_features = {self.max_features:,}")
+        return n_out
 
     def _plan(self, d: int) -> None:
-        """Index tuples of each degree: one ``(n_terms_k, k)`` array per ``k``."""
+        """Index tuples of each degree: one ``(n_terms_k, k)`` array per ``k``.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`output_width`, before anything is allocated.
+        """
+        self.output_width(d)
         pick = combinations if self.interaction_only else combinations_with_replacement
         self._groups = []
         for k in range(1, self.degree + 1):

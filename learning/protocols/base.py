@@ -706,11 +706,13 @@ class PipelineSpoke(ModelWidth, Node):
                 X, y, with_proba=True)
         except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
             # a batch the learner cannot take (e.g. a CNN fed records of the wrong width):
-            # counted and reported, never fatal to the job
-            self.rejected += len(X)
-            self.rejected_by["fit_failed"] += len(X)
+            # each record counted and dead-lettered with the reason, never fatal to the job
             self.fit_errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
+            refused = RecordRejected(f"the pipeline could not fit its mini-batch: "
+                                     f"{self.last_error}", "fit_failed")
+            for features, label in zip(X.tolist(), y):
+                self.refuse({"features": features, "label": label}, refused)
             batch.failed = True  # no later pass over records that were refused
             return
         self.fitted += len(X)
