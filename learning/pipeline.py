@@ -181,7 +181,8 @@ class Pipeline:
         for p in self.preprocessors:
             if type(p).output_width is not Preprocessor.output_width:
                 return getattr(p, "n_features", None)
-        return (self.learner.to_json().get("parameters") or {}).get("n_features")
+        layout = self.learner.layout() if hasattr(self.learner, "layout") else {}
+        return layout.get("n_features")
 
     def to_json(self) -> dict:
         """``{"preProcessors": [...], "learner": {...}}`` with all state, JSON-safe; as
@@ -195,8 +196,9 @@ class Pipeline:
         """
         learner = self.learner.to_json()
         params = learner.get("parameters") or {}
-        if params.get("n_features") is not None and self.record_width() is not None:
-            learner["parameters"] = {**params, "n_features": self.record_width()}
+        width = self.record_width() if params.get("n_features") is not None else None
+        if width is not None:
+            learner["parameters"] = {**params, "n_features": width}
         return {"preProcessors": [p.to_json() for p in self.preprocessors], "learner": learner}
 
     def __repr__(self) -> str:

@@ -29,6 +29,7 @@ weights`):
 ``shard``           (stop − start,) float64, the global model's entries
 ``learner``         the learner spec the pipeline runs (``name``, ``hyperParameters``,
                     ``parameters``): rebuilt with :func:`learning.registry.make_learner`
+                    for the preprocessors' width (``model_learner_spec``)
 ``preProcessors``   hub 0: the preprocessor specs (``name``, ``hyperParameters``)
 ``statistics``      hub 0: per preprocessor, its global statistics (records, means, M2,
                     minima, maxima as arrays) or None

@@ -1099,14 +1099,14 @@ class ShardedHub(PipelineHub):
                 w[lo:hi] = v
             learner = type(learner).from_json(learner.to_json())
             learner.set_params(w)
-        spec = learner.to_json()
-        if self.layout.n_features is not None and "n_features" in (spec.get("parameters")
+        model = learner.to_json()
+        if self.layout.n_features is not None and "n_features" in (model.get("parameters")
                                                                     or {}):
             # a request declares the records' width; the learner's is what the
             # preprocessors make of them (learning.registry.model_learner_spec)
-            spec["parameters"] = {**spec["parameters"], "n_features": self.layout.n_features}
+            model["parameters"] = {**model["parameters"], "n_features": self.layout.n_features}
         body = {"id": self.request.id, "request": "Create", "version": self.updates,
-                "learner": {**spec, "name": self.request.learner["name"]},
+                "learner": {**model, "name": self.request.learner["name"]},
                 "preProcessors": [{**spec, "parameters": p.to_json()["parameters"]}
                                   for spec, p in zip(self.request.pre_processors,
                                                      self.preprocessors)],
