@@ -21,7 +21,7 @@ from learning.preprocessors.selection import FeatureSelector
 from learning.registry import make_pipeline, model_width
 from operators.local import LocalNetwork
 from tests.test_layout import DeadWire
-from tests.test_relayout import RUNS, synchronizations
+from tests.test_relayout import RUNS, create, synchronizations
 
 WIDTH = 3
 PREPROCESSORS = {
@@ -45,15 +45,10 @@ def _records(n: int, seed: int, train: bool = True) -> list[dict]:
 
 def _create(pid: int, protocol: str, variant: str | None, extra: dict, pre: list,
             declared: bool, m: int = 1) -> dict:
-    config = {"protocol": protocol, "miniBatchSize": 4, "miniBatches": 1,
-              "hubParallelism": m, **extra}
-    if variant:
-        config["variant"] = variant
-    learner = {"name": "PA", "hyperParameters": {"C": 0.01}}
+    req = create(protocol, variant, {**extra, "hubParallelism": m}, "sum", None)
     if declared:
-        learner["parameters"] = {"n_features": WIDTH, "classes": [0, 1]}
-    return {"id": pid, "request": "Create", "requestId": f"c{pid}", "preProcessors": pre,
-            "learner": learner, "trainingConfiguration": config}
+        req["learner"]["parameters"] = {"n_features": WIDTH, "classes": [0, 1]}
+    return {**req, "id": pid, "requestId": f"c{pid}", "preProcessors": pre}
 
 
 def test_output_width_is_the_width_transform_makes():
