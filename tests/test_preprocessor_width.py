@@ -225,3 +225,31 @@ def test_polynomial_features_too_wide_for_memory_are_refused_and_the_job_goes_on
     assert {len(d["record"]["features"]) for d in w.dead} == {300}
     other = w.query(1)
     assert other["fitted"] == 32 and other["predicted"] == 8 and other["rejected"] == 0
+
+
+@pytest.mark.parametrize("protocol,variant,extra", [r for r in RUNS if r[0] != "TensAIR"])
+def test_an_update_of_the_records_width_behind_a_selector_starts_the_pipeline_again(
+        protocol, variant, extra):
+    """Records of 3 features, then an Update declares 5: behind a FeatureSelector of
+    columns 0 and 2 the model keeps its width (2), but the scaler before it learned 3, so
+    the pipeline starts again, as for any new width (before, with the model's width
+    compared alone, the scaler refused every record after the Update: ``fit_failed``)."""
+    if "threshold" in extra:
+        extra = {**extra, "threshold": 0.002}
+    w = DeadWire()
+    w.request(_create(0, protocol, variant, extra, PREPROCESSORS["selection"], False))
+    for i, rec in enumerate(_records(80, seed=1)):
+        w.data(i % 2, "T", rec)
+    w.request({"id": 0, "request": "Update", "requestId": "u",
+               "learner": {"parameters": {"n_features": 5}}})
+    before = w.query()
+    rng = np.random.default_rng(4)
+    for i, x in enumerate(rng.normal(size=(160, 5))):
+        w.data(i % 2, "T", {"id": 1000 + i, "features": x.tolist(), "label": int(x[0] * x[2] > 0)})
+    q, fitted = w.query(), None
+    while q["fitted"] != fitted:  # each Query closes a round a spoke left open
+        fitted, q = q["fitted"], w.query()
+    assert q["fitted"] == 80 + 160 and q["rejected"] == 0
+    assert sum(s.get("syncFailures", 0) for s in q["spokes"]) == 0
+    assert synchronizations(q) > synchronizations(before)
+    assert q["layout"]["nFeatures"] == 5 and q["model"]["layout"]["n_features"] == 2

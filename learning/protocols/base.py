@@ -124,10 +124,15 @@ def with_layout(request, layout: Layout):
     return replace(request, learner={**request.learner, "parameters": params})
 
 
-def needs_reset(learner, layout: Layout, width: int | None = None) -> bool:
-    """Whether ``learner``'s model cannot carry on under ``layout``: another width (its
-    model's: ``width``, the records' width through the preprocessors; by default
-    ``layout.n_features``), or classes it learned that ``layout`` does not declare."""
+def needs_reset(learner, layout: Layout, width: int | None = None,
+                records_were: int | None = None) -> bool:
+    """Whether the pipeline cannot carry on under ``layout``: records of another width
+    than ``records_were`` (the preprocessors learned that one, even where the model's
+    width stays, as behind a FeatureSelector), a model of another width (``width``, the
+    records' width through the preprocessors; by default ``layout.n_features``), or
+    classes ``learner`` learned that ``layout`` does not declare."""
+    if records_were is not None and records_were != layout.n_features:
+        return True
     current = learner.layout() if hasattr(learner, "layout") else {}
     learned = current.get("n_features")
     if learned is not None and learned != (layout.n_features if width is None else width):
@@ -817,7 +822,8 @@ class PipelineSpoke(ModelWidth, Node):
         self.request = apply_update(self.request, stripped, self.pipeline)
         if layout is not None:
             self.request = with_layout(self.request, layout)
-            if needs_reset(self.pipeline.learner, layout, self.model_width(layout)):
+            if needs_reset(self.pipeline.learner, layout, self.model_width(layout),
+                           self.layout.n_features):
                 self._recheck_buffered(layout)
                 self.pipeline = _build_pipeline(self.request)
                 self._seen_classes = set()  # the new model has learned none (counted anew)
@@ -946,8 +952,8 @@ class PipelineHub(ModelWidth, Node):
         self.request = apply_update(self.request, stripped, holder)
         if layout is not None:
             self.request = with_layout(self.request, layout)
-            self.layout = layout
-            if needs_reset(self.learner, layout, self.model_width(layout)):
+            was, self.layout = self.layout, layout
+            if needs_reset(self.learner, layout, self.model_width(layout), was.n_features):
                 self.learner = make_learner(model_learner_spec(self.request.pre_processors,
                                                                self.request.learner))
                 self.on_relayout()
