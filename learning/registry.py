@@ -40,7 +40,7 @@ from learning.preprocessors.statistics import RunningMeanVariance
 __all__ = ["LEARNERS", "PREPROCESSORS", "BUILT_IN_LEARNERS", "BUILT_IN_PREPROCESSORS",
            "INDEPENDENT", "register_learner", "register_preprocessor", "make_learner",
            "make_preprocessor", "make_pipeline", "model_width", "model_learner_spec",
-           "check_pairing", "catalogue"]
+           "check_sizes", "check_model_size", "check_pairing", "catalogue"]
 
 #: learner name in a request → class
 LEARNERS: dict[str, type[Learner]] = {
@@ -203,6 +203,72 @@ def model_learner_spec(pre_processors: list[dict] | None, learner: dict) -> dict
         return learner
     width = model_width(pre_processors, n)
     return learner if width == n else {**learner, "parameters": {**params, "n_features": width}}
+
+
+def check_sizes(learner: dict | None, pre_processors: list | None,
+                limit: int) -> None:
+    """Refuse absurd sizes (a 10⁹-wide model) before anything is built: any integer
+    hyperparameter (or integer in a list of them, e.g. layer sizes) and any top-level
+    integer parameter (e.g. ``n_features``) of a request's ``learner`` and
+    ``pre_processors`` above ``limit``.
+
+    Raises
+    ------
+    RequestError
+        ``too_large``, with the field at fault.
+    """
+    def too_big(value) -> bool:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and float(value).is_integer() and value > limit)
+
+    specs = [("learner", learner or {})] + [
+        (f"preProcessors[{i}]", p) for i, p in enumerate(pre_processors or ())]
+    for where, spec in specs:
+        for key, value in ((spec or {}).get("hyperParameters") or {}).items():
+            values = value if isinstance(value, list) else [value]
+            for v in values:
+                if too_big(v):
+                    raise RequestError("too_large", f"{where}.hyperParameters.{key} = {v} exceeds "
+                                       f"the service's max_model_params = {limit}",
+                                       f"{where}.hyperParameters.{key}")
+        for key, value in ((spec or {}).get("parameters") or {}).items():
+            if too_big(value):
+                raise RequestError("too_large", f"{where}.parameters.{key} = {value} exceeds "
+                                   f"the service's max_model_params = {limit}",
+                                   f"{where}.parameters.{key}")
+
+
+def check_model_size(learner: dict, limit: int, layout: dict | None = None) -> None:
+    """Refuse a model larger than ``limit`` parameters before it is allocated: the size
+    :meth:`learning.learners.base.Learner.declared_size` computes from ``learner``'s
+    hyperparameters and declared layout (``parameters`` ``n_features``, ``classes``; for
+    an Update, ``learner`` is what it changes and ``layout`` the pipeline's current
+    ``{"name", "hyperParameters", "n_features", "classes"}``). Each number alone may be
+    below the limit and their product far above (10⁶ features × 1,000 classes: 8 GB per
+    node, which a Create's validation or an Update allocated on every spoke and hub before
+    this check). ``learner.parameters.n_features`` is the model's width here
+    (:func:`model_learner_spec`).
+
+    Raises
+    ------
+    RequestError
+        ``too_large`` (field ``learner.parameters``).
+    """
+    base = layout or {}
+    cls = LEARNERS.get(learner.get("name") or base.get("name"))
+    if cls is None:
+        return  # an unknown learner is refused when it is built
+    hyper = {**(base.get("hyperParameters") or {}), **(learner.get("hyperParameters") or {})}
+    params = {k: base.get(k) for k in ("n_features", "classes")}
+    params.update({k: v for k, v in (learner.get("parameters") or {}).items()
+                   if k in ("n_features", "classes") and v is not None})
+    size = cls.declared_size(hyper, params)
+    if size > limit:
+        raise RequestError("too_large", f"{cls.__name__} would have {size:,} parameters "
+                           f"(n_features {params.get('n_features')}, "
+                           f"{len(params.get('classes') or ())} classes declared, "
+                           f"hyperParameters {hyper or 'by default'}), above the service's "
+                           f"max_model_params = {limit:,}", "learner.parameters")
 
 
 def make_pipeline(pre_processors: list[dict] | None, learner: dict) -> Pipeline:

@@ -270,7 +270,8 @@ def _check_protocol(name: str, served: Collection[str] | None, request_id: Any) 
 
 
 def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
-                  protocols: Collection[str] | None = None) -> Request:
+                  protocols: Collection[str] | None = None,
+                  max_model_params: int | None = None) -> Request:
     """Parse and validate one request.
 
     Parameters
@@ -283,6 +284,11 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
         Protocol names that can be served; None means every registered one
         (:func:`learning.protocols.register_protocol`). A registered protocol not among them
         is "not implemented yet".
+    max_model_params : int or None
+        A Create or Update with an integer hyperparameter or parameter above it
+        (:func:`learning.registry.check_sizes`), or a Create whose model would have more
+        parameters (float64 numbers, :func:`learning.registry.check_model_size`), is
+        refused before anything is built; None: not checked.
 
     Returns
     -------
@@ -293,7 +299,9 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
     learning.errors.RequestError
         ``code`` is one of
 
-        - ``too_large``: more than ``max_bytes`` bytes (field None);
+        - ``too_large``: more than ``max_bytes`` bytes (field None), or a size above
+          ``max_model_params`` (field the number's, or ``learner.parameters`` for a
+          Create's model);
         - ``invalid_json``: not parseable, or not a JSON object (field None);
         - ``schema``: violates ``request.schema.json`` or a declared parameter
           (:func:`learning.protocols.parameters.validate_training_configuration`: a
@@ -342,10 +350,12 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
     pre_processors = list(doc.get("preProcessors") or [])
     learner = doc.get("learner")
     if kind in ("Create", "Update"):
-        from learning.registry import (check_pairing, make_learner, make_preprocessor,
-                                       model_learner_spec)
+        from learning.registry import (check_model_size, check_pairing, check_sizes,
+                                       make_learner, make_preprocessor, model_learner_spec)
 
         try:
+            if max_model_params is not None:  # before anything is built
+                check_sizes(learner, pre_processors, max_model_params)
             for i, spec in enumerate(pre_processors):
                 if kind == "Create" or spec.get("name") is not None:
                     make_preprocessor(spec, i)
@@ -353,8 +363,11 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
             if learner is not None and (kind == "Create" or learner.get("name") is not None):
                 # a warm start's arrays are of the model's width (a Create declares
                 # the records'); an Update's learner carries no arrays
-                built = make_learner(model_learner_spec(pre_processors, learner)
-                                     if kind == "Create" else learner)
+                spec = model_learner_spec(pre_processors, learner) if kind == "Create" \
+                    else learner
+                if kind == "Create" and max_model_params is not None:
+                    check_model_size(spec, max_model_params)  # before it is allocated
+                built = make_learner(spec)
             if kind == "Create":
                 check_pairing(learner, config["protocol"])
                 check_scaling(built, TRAINING_PARAMETERS["scaling"].of(config), learner["name"])

@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from learning.errors import RequestError
+from learning.registry import check_model_size, check_sizes
 from middleware.node import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = ["DEFAULT_LIMITS", "DEFAULT_MAX_BACKLOG_BYTES", "limits_of", "check_sizes",
@@ -57,70 +58,6 @@ def import_protocols(modules: tuple[str, ...]) -> None:
     """Import the modules that register user protocols (trusted job configuration)."""
     for name in modules:
         importlib.import_module(name)
-
-
-def check_sizes(req, limit: int) -> None:
-    """Refuse absurd sizes (a 10⁹-wide model) before anything is allocated: any integer
-    hyperparameter (or integer in a list of them, e.g. layer sizes) and any top-level
-    integer parameter (e.g. ``n_features``) above ``limit``.
-
-    Raises
-    ------
-    RequestError
-        ``too_large``, with the field at fault.
-    """
-    def too_big(value) -> bool:
-        return (isinstance(value, (int, float)) and not isinstance(value, bool)
-                and float(value).is_integer() and value > limit)
-
-    specs = [("learner", req.learner or {})] + [
-        (f"preProcessors[{i}]", p) for i, p in enumerate(req.pre_processors)]
-    for where, spec in specs:
-        for key, value in ((spec or {}).get("hyperParameters") or {}).items():
-            values = value if isinstance(value, list) else [value]
-            for v in values:
-                if too_big(v):
-                    raise RequestError("too_large", f"{where}.hyperParameters.{key} = {v} exceeds "
-                                       f"the service's max_model_params = {limit}",
-                                       f"{where}.hyperParameters.{key}")
-        for key, value in ((spec or {}).get("parameters") or {}).items():
-            if too_big(value):
-                raise RequestError("too_large", f"{where}.parameters.{key} = {value} exceeds "
-                                   f"the service's max_model_params = {limit}",
-                                   f"{where}.parameters.{key}")
-
-
-def check_model_size(learner: dict, limit: int, layout: dict | None = None) -> None:
-    """Refuse a model larger than ``limit`` parameters before it is allocated: the size
-    :meth:`learning.learners.base.Learner.declared_size` computes from ``learner``'s
-    hyperparameters and declared layout (``parameters`` ``n_features``, ``classes``; for
-    an Update, ``learner`` is what it changes and ``layout`` the pipeline's current
-    ``{"name", "hyperParameters", "n_features", "classes"}``). Each number alone may be
-    below the limit and their product far above (10⁶ features × 1,000 classes: 8 GB per
-    node, which an Update allocated on every spoke and hub before this check).
-
-    Raises
-    ------
-    RequestError
-        ``too_large`` (field ``learner.parameters``).
-    """
-    from learning.registry import LEARNERS
-
-    base = layout or {}
-    cls = LEARNERS.get(learner.get("name") or base.get("name"))
-    if cls is None:
-        return  # an unknown learner is refused when it is built
-    hyper = {**(base.get("hyperParameters") or {}), **(learner.get("hyperParameters") or {})}
-    params = {k: base.get(k) for k in ("n_features", "classes")}
-    params.update({k: v for k, v in (learner.get("parameters") or {}).items()
-                   if k in ("n_features", "classes") and v is not None})
-    size = cls.declared_size(hyper, params)
-    if size > limit:
-        raise RequestError("too_large", f"{cls.__name__} would have {size:,} parameters "
-                           f"(n_features {params.get('n_features')}, "
-                           f"{len(params.get('classes') or ())} classes declared, "
-                           f"hyperParameters {hyper or 'by default'}), above the service's "
-                           f"max_model_params = {limit:,}", "learner.parameters")
 
 
 def check_execution_mode(learner, learner_name: str, execution_mode: str) -> None:

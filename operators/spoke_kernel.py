@@ -39,7 +39,7 @@ from middleware.codec import SiblingOp, Wire
 from middleware.errors import CodecError
 from operators.feedback import RESEND_AFTER_S, ResendWindow, SpokeChannels, new_incarnation
 from operators.service import (DEFAULT_MAX_BACKLOG_BYTES, check_execution_mode,
-                               check_model_size, check_sizes, error_response, limits_of)
+                               check_model_size, error_response, limits_of)
 
 __all__ = ["SpokeKernel", "SpokeContext", "HUBS", "SPOKES"]
 
@@ -676,7 +676,8 @@ class SpokeKernel:
 
     def _request(self, data: bytes) -> None:
         try:
-            req = parse_request(data, max_bytes=self.limits["max_request_bytes"])
+            req = parse_request(data, max_bytes=self.limits["max_request_bytes"],
+                                max_model_params=self.limits["max_model_params"])
         except RequestError as err:
             self._reject(err)
             return
@@ -707,9 +708,6 @@ class SpokeKernel:
         if len(self.nodes) >= self.limits["max_pipelines"]:
             raise RequestError("too_many_pipelines", f"the service runs its maximum of "
                                f"{self.limits['max_pipelines']} pipelines", "id")
-        check_sizes(req, self.limits["max_model_params"])
-        check_model_size(model_learner_spec(req.pre_processors, req.learner or {}),
-                         self.limits["max_model_params"])
         m = int(req.training_configuration["hubParallelism"])
         if m > self.n_hubs:
             raise RequestError("too_many_hubs", f"hubParallelism {m} > the job's {self.n_hubs} hubs",
@@ -753,8 +751,7 @@ class SpokeKernel:
 
     def _update(self, req) -> None:
         node = self._node(req)
-        check_sizes(req, self.limits["max_model_params"])
-        current = node.request.learner
+        current = node.request.learner  # sizes alone: parse_request; the model's here
         check_model_size(model_learner_spec(node.request.pre_processors, req.learner or {}),
                          self.limits["max_model_params"], {
             "name": current["name"], "hyperParameters": current.get("hyperParameters"),

@@ -5,6 +5,7 @@ hostile requests, each answered with its code while another pipeline loses nothi
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import jsonschema
@@ -232,7 +233,13 @@ def test_a_model_too_large_is_refused_before_it_is_allocated(learner, size):
 
     w = DeadWire()
     w.request(create(1, "PA"))
-    w.request({**create(2), "learner": learner})
+    tracemalloc.start()  # numpy's arrays are traced: a model allocated shows in the peak
+    try:
+        w.request({**create(2), "learner": learner})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"{peak:,} bytes allocated for a refused Create"
     (answer,) = [r for r in w.responses if r.get("requestId") == "create-2"]
     assert (answer["status"], answer["error"]["code"], answer["error"]["field"]) == \
         ("error", "too_large", "learner.parameters")

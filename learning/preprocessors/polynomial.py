@@ -93,9 +93,14 @@ class PolynomialFeatures(StatelessPreprocessor):
             When ``n_out`` exceeds ``max_features``.
         """
         d = n_features
-        terms = (math.comb(d, k) if self.interaction_only else math.comb(d + k - 1, k)
-                 for k in range(1, self.degree + 1))
-        n_out = int(self.include_bias) + sum(terms)
+        n_out = int(self.include_bias)
+        for k in range(1, min(self.degree, d if self.interaction_only else self.degree) + 1):
+            n_out += math.comb(d, k) if self.interaction_only else math.comb(d + k - 1, k)
+            if n_out > self.max_features and self.degree > 32:  # not summed to the end:
+                # a degree of a million would take minutes of big integers
+                raise ValueError(f"records of {d} features make more than {n_out:,} at "
+                                 f"degree {self.degree}, above max_features = "
+                                 f"{self.max_features:,}")
         if n_out > self.max_features:
             raise ValueError(f"records of {d} features make {n_out:,} at degree "
                              f"{self.degree}, above max_features = {self.max_features:,}")
