@@ -160,7 +160,9 @@ class JobConfig:
     sharding_warmup : int
         ``distribution-aware``: training records the PCA/k-means model is learned on.
     sharding_clusters : int
-        ``distribution-aware``: k-means clusters; 0: twice the labels seen in the warm-up.
+        ``distribution-aware``: k-means clusters; 0: twice the labels seen in the warm-up,
+        at most one per 2 records per spoke of it (a regression stream's labels are all
+        distinct).
     sharding_refresh : int
         ``distribution-aware``: learn the model again every this many training records
         (on the latest ``sharding_warmup``); 0: never.
@@ -379,7 +381,7 @@ def add_sharding_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default {JobConfig.sharding_warmup})")
     p.add_argument("--sharding-clusters", type=int, default=JobConfig.sharding_clusters,
                    help="distribution-aware: k-means clusters (default 0: twice the labels "
-                        "seen in the warm-up)")
+                        "seen in the warm-up, at most one per 2 records per spoke of it)")
     p.add_argument("--sharding-refresh", type=int, default=JobConfig.sharding_refresh,
                    help="distribution-aware: learn the clusters again every N training "
                         "records (default 0: never)")

@@ -16,15 +16,19 @@ assignments. The job offers five, chosen per job (:attr:`flink_jobs.config.JobCo
     every class in proportion: per label, the counts of any two spokes differ by at most
     one. The k-th label seen starts at spoke ``k mod n`` (the paper starts every class at
     worker 0; starting them in turn keeps the totals balanced too). Records without a
-    scalar ``label`` and forecasting records are one more stratum: round-robin.
+    scalar ``label`` and forecasting records are one more stratum: round-robin. So are
+    the labels past the first :data:`MAX_STRATA` strata and labels of more than
+    :data:`MAX_STRATUM_CHARS` characters: the deal's state stays bounded on a stream of
+    continuous labels (regression: every label new) or of ids.
 ``distribution-aware``
     papers/001 §III-B, Fig. 6: flatten each record's features, project them with PCA
     (the components keeping 95% of the variance) and cluster them with k-means
-    (``clusters``; 0: twice the number of labels seen, the paper's recommendation, §V;
-    at most 150 iterations, §III-C). Records of a dense cluster are dealt round-robin
-    within it; a *sparse* cluster, one with fewer records than there are spokes (in the
-    prefix it was learned on), goes to every spoke (training records only: a forecasting
-    record is predicted once). The model is learned on a warm-up prefix of ``warmup``
+    (``clusters``; 0: twice the number of labels seen, the paper's recommendation, §V, but
+    at most one cluster per 2 records per spoke of the prefix, see
+    :class:`DistributionAwareSharder`; at most 150 iterations, §III-C). Records of a
+    dense cluster are dealt round-robin within it; a *sparse* cluster, one with fewer
+    records than there are spokes (in the prefix it was learned on), goes to every spoke
+    (training records only: a forecasting record is predicted once). The model is learned on a warm-up prefix of ``warmup``
     training records and, with ``refresh`` > 0, learned again every ``refresh`` training
     records on the latest ``warmup``; records before it is ready are dealt
     ``stratified``, and so are records whose features are not a numeric vector of the
@@ -57,13 +61,19 @@ import orjson
 
 __all__ = ["SHARDINGS", "EVERY", "Sharder", "RandomSharder", "RoundRobinSharder",
            "StratifiedSharder", "DistributionAwareSharder", "PartitionSharder", "make_sharder",
-           "stratum"]
+           "stratum", "MAX_STRATA", "MAX_STRATUM_CHARS"]
 
 #: the sharding strategies, by name (``JobConfig.sharding``)
 SHARDINGS: tuple[str, ...] = ("random", "round-robin", "stratified", "distribution-aware",
                               "partition")
 #: what :meth:`Sharder.deal` returns for a record that goes to every spoke
 EVERY = -1
+#: label strata a stratified deal keeps apart at most (``omldm.RecordBatcher`` too): a new
+#: label once this many strata exist is dealt in the unlabelled stratum
+MAX_STRATA = 1000
+#: a label of more characters (Unicode code points of its text) is dealt in the unlabelled
+#: stratum (as :data:`learning.layout.MAX_LABEL_CHARS`, past which spokes refuse it)
+MAX_STRATUM_CHARS = 1000
 
 
 def _record(value: bytes | str | memoryview) -> dict | None:
@@ -176,7 +186,10 @@ class RandomSharder(Sharder):
 class StratifiedSharder(Sharder):
     """Round-robin within each label (papers/001 §III-A, Fig. 4); forecasting records and
     records without a scalar label as one more stratum. The k-th stratum seen starts at
-    spoke ``k mod n``. ``omldm.RecordBatcher`` (Java) deals the same way."""
+    spoke ``k mod n``. A label that would be stratum :data:`MAX_STRATA` + 1 or later, or
+    has more than :data:`MAX_STRATUM_CHARS` characters, is dealt in the unlabelled stratum
+    (at most :data:`MAX_STRATA` + 1 strata are kept). ``omldm.RecordBatcher`` (Java) deals
+    the same way."""
 
     name = "stratified"
 
@@ -188,6 +201,9 @@ class StratifiedSharder(Sharder):
         """The next spoke of stratum ``key`` (None: the unlabelled stratum)."""
         nxt = self._next.get(key)
         if nxt is None:
+            if key is not None and (len(self._next) >= MAX_STRATA
+                                    or len(key) > MAX_STRATUM_CHARS):
+                return self.deal_stratum(None)
             nxt = len(self._next) % self.n
         self._next[key] = (nxt + 1) % self.n
         return nxt
@@ -227,7 +243,11 @@ class DistributionAwareSharder(StratifiedSharder):
         Training records the model is learned on (>= 2).
     clusters : int
         Clusters of k-means; 0: twice the number of labels seen in the prefix (at least 2),
-        papers/001 §V's recommendation. Never more than the records learned on.
+        papers/001 §V's recommendation, but at most ``prefix // (2 n)`` (``n`` spokes), so
+        that an average cluster holds 2 records per spoke and a sparse one (fewer records
+        than spokes, sent to every spoke) stays the exception: a regression stream's
+        labels are all new, and twice their number would make every cluster sparse and
+        send every record to every spoke. Never more than the distinct records learned on.
     refresh : int
         Learn the model again every ``refresh`` training records after the first, on the
         latest ``warmup``; 0: never.
@@ -253,6 +273,9 @@ class DistributionAwareSharder(StratifiedSharder):
     VARIANCE = 0.95
     #: k-means' iteration cap (papers/001 §III-C: T = 150)
     MAX_ITER = 150
+    #: before the first fit, the records of every width are kept until one width has
+    #: ``warmup``, but no more than ``HOLD * warmup`` records in all (the oldest go first)
+    HOLD = 4
 
     def __init__(self, n_spokes: int, warmup: int = 1000, clusters: int = 0, refresh: int = 0,
                  seed: int = 0) -> None:
@@ -262,8 +285,9 @@ class DistributionAwareSharder(StratifiedSharder):
                              f"{warmup}, clusters={clusters}, refresh={refresh}")
         self.warmup, self.clusters, self.refresh, self.seed = warmup, clusters, refresh, seed
         # (features, stratum) of the training records to learn on: before the first fit
-        # every width is kept (the fit takes the first to reach ``warmup`` records); after
-        # it, the latest ``warmup`` of the model's width
+        # the latest ``HOLD * warmup`` of every width (the fit takes the first width to
+        # have ``warmup`` records among them); after it, the latest ``warmup`` of the
+        # model's width
         self._window: deque = deque()
         self._widths: Counter = Counter()
         self._since = 0  # training records since the last fit
@@ -304,7 +328,7 @@ class DistributionAwareSharder(StratifiedSharder):
         rows = [(x, key) for x, key in self._window if len(x) == width][-self.warmup:]
         X = np.vstack([x for x, _ in rows])
         labels = {key for _, key in rows if key is not None}
-        k = self.clusters or max(2, 2 * len(labels))
+        k = self.clusters or max(2, min(2 * len(labels), len(rows) // (2 * self.n)))
         k = max(1, min(k, len(np.unique(X, axis=0))))
         pca = (PCA(n_components=self.VARIANCE, svd_solver="full")
                if X.shape[1] > 1 and len(X) > 1 else None)
@@ -351,6 +375,8 @@ class DistributionAwareSharder(StratifiedSharder):
                     self._window.append((x, key))
                     self._widths[len(x)] += 1
                     fitting = self._widths[len(x)] >= self.warmup
+                    if len(self._window) > self.HOLD * self.warmup:  # many widths: bounded
+                        self._widths[len(self._window.popleft()[0])] -= 1
                 elif train and x is not None and self.refresh and len(x) == self.width:
                     self._window.append((x, key))
                     self._since += 1

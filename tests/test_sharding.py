@@ -13,7 +13,8 @@ import pytest
 from flink_jobs.config import JobConfig
 from flink_jobs.flink_run import config_from_args, parser
 from operators.local import LocalNetwork
-from operators.sharding import EVERY, SHARDINGS, make_sharder, stratum
+from operators.sharding import (EVERY, MAX_STRATA, MAX_STRATUM_CHARS, SHARDINGS, make_sharder,
+                                stratum)
 
 
 def _labelled(n: int, seed: int = 0, classes=(0, 1, 2), p=(0.6, 0.3, 0.1)) -> list[tuple[bool, bytes]]:
@@ -37,6 +38,32 @@ def test_stratified_counts_per_class_differ_by_at_most_one_between_spokes():
     assert sum(sharder.per_spoke) == sharder.records == 1001 and sharder.broadcast == 0
     # totals stay balanced too: the k-th label starts at spoke k mod n
     assert max(sharder.per_spoke) - min(sharder.per_spoke) <= 3
+
+
+def test_stratified_keeps_a_bounded_deal_on_continuous_labels_and_ids():
+    """A regression stream's labels are all new, and so are ids or junk in ``label``: past
+    MAX_STRATA strata (and for labels too long to be classes) records are dealt in the
+    unlabelled stratum, round-robin, so the deal's state (pickled in Flink, operator state
+    in Java) stays bounded and the shares balanced."""
+    rng = np.random.default_rng(1)
+    sharder = make_sharder("stratified", 4)
+    long, limit = "x" * (MAX_STRATUM_CHARS + 1), "y" * MAX_STRATUM_CHARS
+    assert sharder.deal(True, orjson.dumps({"label": long})) == 0  # unlabelled: stratum 0
+    assert sharder.deal(True, orjson.dumps({"label": limit})) == 1  # its own: stratum 1
+    assert sharder.deal(True, orjson.dumps({"label": long + "z"})) == 1  # unlabelled again
+    labels = rng.normal(size=5000)
+    shares = sharder.shard([(True, orjson.dumps({"label": float(y)})) for y in labels])
+    assert len(sharder._next) == MAX_STRATA
+    assert long not in sharder._next and limit in sharder._next
+    assert max(sharder.per_spoke) - min(sharder.per_spoke) <= 2
+    # the labels past the cap are dealt in turn with the unlabelled records
+    past = [i for i, share in enumerate(shares) for _, v in share
+            if orjson.loads(v)["label"] in set(labels[MAX_STRATA - 2:].tolist())]
+    assert sorted(Counter(past).values()) == [1000, 1000, 1001, 1001]
+    # a label that has its stratum keeps it past the cap
+    first = float(labels[0])
+    assert sharder.deal(True, orjson.dumps({"label": first})) == (sharder._next[
+        orjson.dumps(first).decode()] - 1) % 4
 
 
 def test_random_shares_differ_per_class_while_stratified_do_not():
@@ -119,6 +146,39 @@ def test_distribution_aware_ignores_malformed_records_when_learning():
     clean = make_sharder("distribution-aware", 2, warmup=60, clusters=2)
     clean.shard(good)
     assert np.allclose(np.sort(sharder._centres, axis=0), np.sort(clean._centres, axis=0))
+
+
+def test_distribution_aware_on_a_regression_stream_deals_instead_of_broadcasting():
+    """papers/001 §V's twice-the-labels is for classes: on continuous labels it asked for
+    as many clusters as records, every cluster sparse, every record to every spoke (2,000
+    of 3,000 broadcast before the cap). Capped at one cluster per 2 records per spoke of
+    the warm-up, records are dealt; a classification stream keeps twice its classes."""
+    rng = np.random.default_rng(2)
+    regression = [(True, orjson.dumps({"features": rng.normal(size=5).tolist(),
+                                       "label": float(rng.normal())})) for _ in range(3000)]
+    sharder = make_sharder("distribution-aware", 4)
+    shares = sharder.shard(regression)
+    assert sharder.ready and len(sharder.sizes) == 1000 // 8
+    assert sharder.broadcast <= 100 and sum(map(len, shares)) == 3000 + 3 * sharder.broadcast
+    assert max(sharder.per_spoke) - min(sharder.per_spoke) <= 40
+    classes = make_sharder("distribution-aware", 4, warmup=300)
+    classes.shard(_labelled(300, seed=3))
+    assert len(classes.sizes) == 6  # 2 x 3 classes, under the cap of 300 // 8
+
+
+def test_distribution_aware_holds_a_bounded_prefix_of_many_widths():
+    """Before its first fit the sharder keeps records of every width until one has
+    ``warmup``; a stream of ever-new widths (malformed, or variable-length features) no
+    longer grows that prefix without bound, and a width that comes to dominate fits."""
+    rng = np.random.default_rng(3)
+    sharder = make_sharder("distribution-aware", 2, warmup=50, clusters=2)
+    junk = [(True, orjson.dumps({"features": [1.0] * int(w), "label": 0}))
+            for w in rng.integers(1, 60, size=2000)]
+    shares = sharder.shard(junk)
+    assert not sharder.ready and sum(map(len, shares)) == 2000
+    assert len(sharder._window) == sharder.HOLD * 50 == sum(sharder._widths.values())
+    sharder.shard(_blobs(25, 0, seed=4))  # 50 records of width 4
+    assert sharder.ready and sharder.width == 4
 
 
 def test_distribution_aware_refreshes_and_survives_pickling():

@@ -23,7 +23,7 @@ from sklearn.datasets import load_digits
 
 from flink_jobs.kafka_io import TopicReader, create_topics
 from flink_jobs.session import Session, local_config
-from operators.sharding import EVERY, make_sharder
+from operators.sharding import EVERY, MAX_STRATA, MAX_STRATUM_CHARS, make_sharder
 
 
 def _dead_letters(s: Session, ids: range, timeout: float = 120.0) -> dict[int, list[int]]:
@@ -94,12 +94,18 @@ def _resume(s: Session, tmp_path) -> Session:
 def test_stratified_sharding_deals_each_label_in_turn_across_a_restore(broker, tmp_path):
     """Per label, any two spokes' counts differ by at most one; the job deals exactly as
     the in-process sharder does, and the deal goes on where it was after a restore from a
-    savepoint (the Java batcher's operator state)."""
+    savepoint (the Java batcher's operator state). After the restore come a label too long
+    for a stratum, one just short enough, and 1,000 new labels, the last of them past
+    MAX_STRATA: the Java deal caps its strata as the in-process one does."""
     rng = np.random.default_rng(7)
     labels = rng.choice([0, 1, 2, 3], size=700, p=[0.55, 0.3, 0.1, 0.05]).tolist()
+    labels[450:450] = ["x" * (MAX_STRATUM_CHARS + 1), "y" * MAX_STRATUM_CHARS,
+                       *range(1000, 1000 + MAX_STRATA),
+                       *(c for j in range(30) for c in (3000 + j, None))]  # new, unlabelled
     records: list[tuple[bool, dict]] = []
     for i, c in enumerate(labels):
-        rec = {"id": i} if i % 50 == 0 else {"id": i, "label": c if i % 7 else str(c)}
+        rec = ({"id": i} if i % 50 == 0 or c is None
+               else {"id": i, "label": c if i % 7 else str(c)})
         records.append((True, rec))  # no features: every spoke dead-letters what it gets
     cfg = local_config(broker.bootstrap_servers, topic_prefix="shard-st-", spokes=3,
                        sharding="stratified", checkpoint_interval_ms=60_000)
@@ -109,7 +115,7 @@ def test_stratified_sharding_deals_each_label_in_turn_across_a_restore(broker, t
         _dead_letters(s, range(400))
         s = _resume(s, tmp_path)
         _send(s, records[400:])
-        _dead_letters(s, range(400, 700))
+        _dead_letters(s, range(400, len(records)))
         reader = TopicReader(broker.bootstrap_servers, cfg.topics.dead_letters)
         letters: dict[int, list[int]] = defaultdict(list)
         for d in reader.drain(idle_ms=500):
@@ -126,7 +132,7 @@ def test_stratified_sharding_deals_each_label_in_turn_across_a_restore(broker, t
     got = {i: spokes[:1] for i, spokes in letters.items()}
     assert got == _expected(make_sharder("stratified", 3), records)
     per = Counter((spokes[0], str(records[i][1].get("label"))) for i, spokes in got.items())
-    for label in {str(r.get("label")) for _, r in records}:
+    for label in ("0", "1", "2", "3"):  # (the unlabelled stratum takes more than None)
         counts = [per[(spoke, label)] for spoke in range(3)]
         assert max(counts) - min(counts) <= 1, (label, counts)
 

@@ -38,7 +38,10 @@ import org.apache.flink.types.Row;
  * the key is not taken from the input but dealt: {@code spokeKeys[i]} for the next spoke
  * i of the record's stratum, round-robin within it; the k-th stratum seen starts at spoke
  * {@code k mod n}. Stratified: one stratum per label, plus one for forecasting records and
- * records without a label; round-robin: one stratum for all. This is what
+ * records without a label; round-robin: one stratum for all. A label that would open a
+ * stratum once {@link #MAX_STRATA} exist, or has more than {@link #MAX_STRATUM_CHARS}
+ * characters (code points), is dealt in the unlabelled stratum, so the deal stays bounded
+ * on continuous labels (regression) or ids. This is what
  * {@code operators.sharding.StratifiedSharder} (Python, the in-process kernel) does. The
  * deal's position survives failures: it is operator state (union list state, each subtask
  * taking back its own entries).
@@ -47,6 +50,10 @@ public class RecordBatcher extends AbstractStreamOperator<Row>
         implements OneInputStreamOperator<Row, Row>, BoundedOneInput, ProcessingTimeCallback {
 
     private static final long serialVersionUID = 1L;
+    /** Strata the deal keeps apart at most ({@code operators.sharding.MAX_STRATA}). */
+    static final int MAX_STRATA = 1000;
+    /** Longest label with a stratum of its own ({@code operators.sharding.MAX_STRATUM_CHARS}). */
+    static final int MAX_STRATUM_CHARS = 1000;
 
     private final long delayMs;
     private final int maxRecords;
@@ -160,6 +167,10 @@ public class RecordBatcher extends AbstractStreamOperator<Row>
     /** The next spoke's key for a record of {@code stratum}. */
     private int dealKey(String stratum) {
         Integer next = deal.get(stratum);
+        if (next == null && stratum.charAt(0) == 'L' && (deal.size() >= MAX_STRATA
+                || stratum.codePointCount(1, stratum.length()) > MAX_STRATUM_CHARS)) {
+            return dealKey("U");
+        }
         int n = spokeKeys.length;
         int spoke = next == null ? deal.size() % n : next;
         deal.put(stratum, (spoke + 1) % n);
