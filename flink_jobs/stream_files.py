@@ -73,6 +73,17 @@ def _numeric_columns(rows: list[dict], exclude: tuple) -> list[str]:
     return [k for k, n in votes.items() if 2 * n > len(rows)]
 
 
+def _without_bom(f: Iterable[str]) -> Iterator[str]:
+    """The lines of ``f``, the first without the byte order mark that spreadsheet programs
+    write at the start of a UTF-8 file (else it stays in the first column's name, and
+    ``--label`` naming that column finds no such column)."""
+    lines = iter(f)
+    first = next(lines, None)
+    if first is not None:
+        yield first.removeprefix("\ufeff")
+        yield from lines
+
+
 def _scalar(text: str) -> int | float | str:
     """A CSV cell as the JSON value it spells: an int, else a float, else the string."""
     try:
@@ -238,7 +249,8 @@ class RecordReader:
             yield from self._text(f)
 
     def _text(self, f: TextIO) -> Iterator[dict | BadRow]:
-        return self._csv(f) if self.kind == "csv" else self._jsonl(f)
+        lines = _without_bom(f)
+        return self._csv(lines) if self.kind == "csv" else self._jsonl(lines)
 
     def _csv(self, f: TextIO) -> Iterator[dict | BadRow]:
         rows = csv.reader(f)

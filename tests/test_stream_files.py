@@ -45,6 +45,23 @@ def test_unknown_column_fails_before_reading(tmp_path):
         list(RecordReader(_write(tmp_path, "d.csv", CSV), label="nope"))
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path):
+    """Spreadsheet programs start a UTF-8 CSV with a byte order mark; it stayed in the first
+    column's name, so ``--label`` naming that column was refused ("not in the header
+    ['\\ufeffclass', ...]") and a JSON Lines file's first record was a bad row."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbfclass,a,b\r\nx,1,2\r\ny,3,4\r\n")
+    assert list(RecordReader(str(path), label="class")) == [
+        {"id": 0, "features": [1.0, 2.0], "label": "x"},
+        {"id": 1, "features": [3.0, 4.0], "label": "y"}]
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"a": 1, "label": 0}\n{"a": 2, "label": 1}\n')
+    assert list(RecordReader(str(path))) == [{"id": 0, "features": [1.0], "label": 0},
+                                             {"id": 1, "features": [2.0], "label": 1}]
+    assert list(RecordReader("-", stdin=io.StringIO("\ufeffa,label\n1,2\n"))) == [
+        {"id": 0, "features": [1.0], "label": 2}]
+
+
 def test_jsonl(tmp_path):
     text = ('{"x": 1, "y": 2.5, "tag": "a", "label": true}\n\n'
             '{"x": 3, "y": 4, "tag": "b", "label": false}\n')
