@@ -401,6 +401,11 @@ def _records_of(value: bytes, counts: dict) -> list:
 
 
 # -- stream ---------------------------------------------------------------------------------
+def _delimiter_arg(text: str | None) -> str | None:
+    """``--delimiter``: one character, or ``tab`` (a tab is awkward to type)."""
+    return "\t" if text is not None and text.lower() in ("tab", "\\t") else text
+
+
 def _stream(args: argparse.Namespace) -> int:
     from flink_jobs.kafka_io import JsonProducer
     from flink_jobs.stream_files import RecordReader, write_stream
@@ -409,7 +414,7 @@ def _stream(args: argparse.Namespace) -> int:
     features = [c.strip() for c in args.features.split(",") if c.strip()] if args.features else None
     reader = RecordReader(args.source, format=args.format, label=args.label, id=args.id,
                           features=features, seed=args.seed, limit=args.limit,
-                          first_id=args.first_id)
+                          first_id=args.first_id, delimiter=_delimiter_arg(args.delimiter))
     servers = _need_servers(conn)
     t = _topics(args)
     topic = {"training": t.training, "forecasting": t.forecasting}
@@ -848,10 +853,15 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
     stream.add_argument("--label", metavar="COLUMN", default=None,
                         help="label column (default: 'label' if present, else unlabelled)")
     stream.add_argument("--id", metavar="COLUMN", default=None,
-                        help="id column (default: the row number, from --first-id)")
+                        help="id column (default: 'id' if present, else the row number, from "
+                             "--first-id)")
     stream.add_argument("--features", metavar="COLUMNS", default=None,
                         help="comma-separated feature columns (default: every other column "
-                             "numeric in the first row)")
+                             "that is a number in most of the first 100 rows; JSON Lines "
+                             "objects with a 'features' array keep it)")
+    stream.add_argument("--delimiter", metavar="CHAR", default=None,
+                        help="CSV delimiter, e.g. ';' or 'tab' (default: whichever of , ; tab | "
+                             "the header line holds most of)")
     stream.add_argument("--forecast-every", "--every", dest="forecast_every", type=int,
                         default=5, metavar="N",
                         help="every N-th record goes to forecasting without its label "

@@ -54,6 +54,16 @@ def _number(text: str) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _decimal_comma(text: str) -> float | None:
+    """``text`` as a finite float, reading one comma as the decimal separator (``1,5``: what
+    spreadsheet programs write, with ``;`` between cells, where the comma is the decimal
+    separator), or None."""
+    x = _number(text)
+    if x is None and text.count(",") == 1 and "." not in text:
+        x = _number(text.replace(",", "."))
+    return x
+
+
 def _feature(value: Any) -> float | None:
     """A JSON / river value as a finite float, or None (bools and strings are not numbers)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -71,6 +81,20 @@ def _numeric_columns(rows: list[dict], exclude: tuple) -> list[str]:
             if k not in exclude:
                 votes[k] = votes.get(k, 0) + (v is not None)
     return [k for k, n in votes.items() if 2 * n > len(rows)]
+
+
+#: the feature columns of JSON Lines objects that are the job's own records: each object's
+#: ``features`` array, taken as it is (compared by identity)
+VECTOR: tuple = ("features",)
+
+
+def _delimiter(header: str) -> str:
+    """The CSV delimiter a header line uses: whichever of ``,``, ``;``, tab and ``|`` it
+    holds most of (``,`` when it holds none; spreadsheet programs write ``;`` where the
+    decimal separator is a comma)."""
+    counts = [(header.count(d), d) for d in ",;\t|"]
+    n, d = max(counts, key=lambda c: c[0])
+    return d if n else ","
 
 
 def _without_bom(f: Iterable[str]) -> Iterator[str]:
@@ -109,12 +133,17 @@ class RecordReader:
         Label column; None: ``label`` if the data has one, else the records are unlabelled.
         Tabular sources only (river and bundled data carry their own target).
     id : str or None
-        Id column; None: the row number (``first_id`` + 0-based data row, counting skipped
-        rows, so ids do not shift when a row is bad). Tabular sources only.
+        Id column; None: ``id`` if the data has one, else the row number (``first_id`` +
+        0-based data row, counting skipped rows, so ids do not shift when a row is bad).
+        Tabular sources only.
     features : list of str or None
         Feature columns, in order; None: every column but the label and the id whose value
         is a number in more than half of the first :data:`SNIFF_ROWS` rows (for river: every
-        numeric key of the first record).
+        numeric key of the first record). JSON Lines objects that are the job's own records
+        (a ``features`` array in more than half of them) keep their array as it is.
+    delimiter : str or None
+        CSV delimiter; None: whichever of ``,``, ``;``, tab and ``|`` the header line holds
+        most of. With ``;`` a number may have a decimal comma (``1,5``).
     seed : int or None
         Seed of a river generator (passed to its ``seed`` argument).
     limit : int or None
@@ -130,7 +159,9 @@ class RecordReader:
     ValueError
         On an unknown format, river name, a river dataset that needs a download, a seed for
         a source that takes none, ``label``/``id`` for a non-tabular source, ``limit < 0``,
-        or a missing file.
+        a delimiter that is not one character, or a missing file; while reading, for a
+        ``label``/``id``/``features`` column that is not there, or when no column is a
+        number in most of the first :data:`SNIFF_ROWS` rows and ``features`` is not given.
 
     Examples
     --------
@@ -145,7 +176,7 @@ class RecordReader:
     def __init__(self, source: str, *, format: str | None = None, label: str | None = None,
                  id: str | None = None, features: list[str] | None = None,
                  seed: int | None = None, limit: int | None = None, first_id: int = 0,
-                 stdin: TextIO | None = None) -> None:
+                 stdin: TextIO | None = None, delimiter: str | None = None) -> None:
         self.source = source
         self.format = format
         self.label = label
@@ -155,6 +186,9 @@ class RecordReader:
         self.limit = limit
         self.first_id = first_id
         self.stdin = stdin
+        self.delimiter = delimiter
+        if delimiter is not None and len(delimiter) != 1:
+            raise ValueError(f"the delimiter must be one character, got {delimiter!r}")
         if format is not None and format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         if limit is not None and limit < 0:
@@ -252,14 +286,18 @@ class RecordReader:
         lines = _without_bom(f)
         return self._csv(lines) if self.kind == "csv" else self._jsonl(lines)
 
-    def _csv(self, f: TextIO) -> Iterator[dict | BadRow]:
-        rows = csv.reader(f)
-        header = next(rows, None)
-        if header is None:
+    def _csv(self, f: Iterable[str]) -> Iterator[dict | BadRow]:
+        lines = iter(f)
+        first = next(lines, None)
+        if first is None:
             return
-        header = [h.strip() for h in header]
+        delimiter = self.delimiter or _delimiter(first)
+        number = _decimal_comma if delimiter == ";" else _number
+        rows = csv.reader(itertools.chain([first], lines), delimiter=delimiter)
+        header = [h.strip() for h in next(rows)]
         label = self.label if self.label is not None else ("label" if "label" in header else None)
-        for name, flag in ((label, "--label"), (self.id, "--id")):
+        id_ = self.id if self.id is not None else ("id" if "id" in header else None)
+        for name, flag in ((label, "--label"), (id_, "--id")):
             if name is not None and name not in header:
                 raise ValueError(f"{flag} column {name!r} is not in the header {header}")
         index = {h: i for i, h in enumerate(header)}
@@ -271,24 +309,29 @@ class RecordReader:
         numbered = ((rows.line_num, row) for row in rows if row)  # blank lines skipped
         if columns is None:
             ahead = list(itertools.islice(numbered, SNIFF_ROWS))
-            columns = _numeric_columns([{h: _number(v) for h, v in zip(header, row)}
+            columns = _numeric_columns([{h: number(v) for h, v in zip(header, row)}
                                         for _, row in ahead if len(row) == len(header)],
-                                       exclude=(label, self.id))
+                                       exclude=(label, id_))
+            if ahead and not columns:
+                raise ValueError(
+                    f"no column of the header {header} is a number in most of the first "
+                    f"{len(ahead)} rows (read with the delimiter {delimiter!r}); name the "
+                    "feature columns with --features, or the delimiter with --delimiter")
             numbered = itertools.chain(ahead, numbered)
         for row_no, (line, row) in enumerate(numbered):
             if len(row) != len(header):
                 yield BadRow(line, f"expected {len(header)} columns, got {len(row)}")
                 continue
             record = {"id": self.first_id + row_no}
-            if self.id is not None:
-                value = row[index[self.id]].strip()
+            if id_ is not None:
+                value = row[index[id_]].strip()
                 if not value:
-                    yield BadRow(line, f"missing id in column {self.id!r}")
+                    yield BadRow(line, f"missing id in column {id_!r}")
                     continue
                 record["id"] = _scalar(value)
             features, bad = [], None
             for c in columns:
-                x = _number(row[index[c]])
+                x = number(row[index[c]])
                 if x is None:
                     bad = f"feature {c!r} is not a finite number: {row[index[c]]!r:.40}"
                     break
@@ -313,13 +356,22 @@ class RecordReader:
         label = self.label
         if label is None:
             label = "label" if any("label" in obj for obj in objects) else None
+        id_ = self.id if self.id is not None else (
+            "id" if any("id" in obj for obj in objects) else None)
         columns = self.features
         if columns is None:
-            columns = _numeric_columns([{k: _feature(v) for k, v in obj.items()}
-                                        for obj in objects], exclude=(label, self.id))
+            if 2 * sum(isinstance(obj.get("features"), list) for obj in objects) > len(objects):
+                columns = VECTOR  # the job's own records: {"features": [...], "label": ...}
+            else:
+                columns = _numeric_columns([{k: _feature(v) for k, v in obj.items()}
+                                            for obj in objects], exclude=(label, id_))
+            if objects and not columns:
+                raise ValueError(
+                    f"no key is a number in most of the first {len(objects)} objects, and "
+                    "they hold no \"features\" array; name the feature keys with --features")
         for row_no, (line, obj) in enumerate(itertools.chain(ahead, parsed)):
             yield obj if isinstance(obj, BadRow) else self._object(line, row_no, obj, label,
-                                                                  columns)
+                                                                  columns, id_)
 
     @staticmethod
     def _parse(line: int, text: str) -> tuple[int, dict | BadRow]:
@@ -332,13 +384,23 @@ class RecordReader:
         return line, obj
 
     def _object(self, line: int, row_no: int, obj: dict, label: str | None,
-                columns: list[str]) -> dict | BadRow:
+                columns: list[str] | None, id_: str | None) -> dict | BadRow:
         record = {"id": self.first_id + row_no}
-        if self.id is not None:
-            if obj.get(self.id) is None:
-                return BadRow(line, f"missing id {self.id!r}")
-            record["id"] = obj[self.id]
+        if id_ is not None:
+            if obj.get(id_) is None:
+                return BadRow(line, f"missing id {id_!r}")
+            record["id"] = obj[id_]
         features = []
+        if columns is VECTOR:
+            given = obj.get("features")
+            if not isinstance(given, list):
+                return BadRow(line, f"\"features\" is not an array: {given!r:.40}")
+            for i, v in enumerate(given):
+                x = _feature(v)
+                if x is None:
+                    return BadRow(line, f"feature {i} is not a finite number: {v!r:.40}")
+                features.append(x)
+            columns = ()
         for c in columns:
             if c not in obj:
                 return BadRow(line, f"missing feature {c!r}")

@@ -62,6 +62,43 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path):
         {"id": 0, "features": [1.0], "label": 2}]
 
 
+@pytest.mark.parametrize("text,delimiter", [
+    ("a;b;label\n1,5;2;x\n3;4,25;y\n", None),        # a spreadsheet's, decimal commas
+    ("a\tb\tlabel\n1.5\t2\tx\n3\t4.25\ty\n", None),
+    ("a|b|label\n1.5|2|x\n3|4.25|y\n", None),
+    ("a:b:label\n1.5:2:x\n3:4.25:y\n", ":"),
+])
+def test_the_delimiter_is_the_header_lines_or_the_one_given(tmp_path, text, delimiter):
+    """Read with commas, such a file had one column and every record empty features."""
+    items = list(RecordReader(_write(tmp_path, "d.csv", text), delimiter=delimiter))
+    assert items == [{"id": 0, "features": [1.5, 2.0], "label": "x"},
+                     {"id": 1, "features": [3.0, 4.25], "label": "y"}]
+
+
+def test_no_numeric_column_is_an_error_not_empty_records(tmp_path):
+    with pytest.raises(ValueError, match=r"no column of the header \['a:b:label'\]"):
+        list(RecordReader(_write(tmp_path, "d.csv", "a:b:label\n1:2:x\n")))
+    with pytest.raises(ValueError, match="no key is a number"):
+        list(RecordReader(_write(tmp_path, "d.jsonl", '{"name": "x", "label": 1}\n')))
+    with pytest.raises(ValueError, match="one character"):
+        RecordReader(_write(tmp_path, "d.csv", CSV), delimiter=";;")
+
+
+def test_the_jobs_own_records_keep_their_features_and_ids(tmp_path):
+    """A JSON Lines file of the job's own records (``{"id", "features": [...], "label"}``)
+    was streamed with empty features: the array is not a number, so no column was one."""
+    text = ('{"id": "a7", "features": [1, 2.5], "label": 0}\n'
+            '{"id": "a8", "features": [3, "x"], "label": 1}\n'
+            '{"id": "a9", "features": [4, 5], "label": 1}\n')
+    items = list(RecordReader(_write(tmp_path, "d.jsonl", text)))
+    assert items[0] == {"id": "a7", "features": [1.0, 2.5], "label": 0}
+    assert isinstance(items[1], BadRow) and "feature 1 is not a finite number" in str(items[1])
+    assert items[2] == {"id": "a9", "features": [4.0, 5.0], "label": 1}
+    # an id column is the records' id, not a feature (as a label column is their label)
+    assert list(RecordReader(_write(tmp_path, "d.csv", "id,a,label\n17,1,x\n"))) == [
+        {"id": 17, "features": [1.0], "label": "x"}]
+
+
 def test_jsonl(tmp_path):
     text = ('{"x": 1, "y": 2.5, "tag": "a", "label": true}\n\n'
             '{"x": 3, "y": 4, "tag": "b", "label": false}\n')
@@ -172,10 +209,11 @@ def test_bad_sources_are_refused(source, kwargs, message):
 def test_the_command_through_the_real_broker(broker, tmp_path, capsys):
     from flink_jobs.kafka_io import TopicReader
 
-    path = _write(tmp_path, "my.csv", "a,b,class\n1,2,x\n3,4,y\n5,bad,z\n6,7,x\n8,9,y\n")
+    path = _write(tmp_path, "my.csv",
+                  "a\tb\tclass\n1\t2\tx\n3\t4\ty\n5\tbad\tz\n6\t7\tx\n8\t9\ty\n")
     prefix = "streamfiles-"
     assert main(["stream", path, "--label", "class", "--forecast-every", "2",
-                 "--records-per-message", "2", "--no-progress",
+                 "--records-per-message", "2", "--no-progress", "--delimiter", "tab",
                  "--bootstrap-servers", broker.bootstrap_servers, "--topic-prefix", prefix]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out.strip().splitlines()[-1]) | {"seconds": 0} == {
