@@ -222,7 +222,7 @@ def build_request(args: argparse.Namespace) -> dict:
     req: dict = {}
     if args.file:
         text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
-        req = json.loads(text)
+        req = json.loads(text.removeprefix("\ufeff"))  # a byte order mark, as editors write
         if not isinstance(req, dict):
             raise UsageError("the request file must hold a JSON object")
     req["request"] = args.kind.capitalize()
@@ -367,7 +367,7 @@ def _predict(args: argparse.Namespace) -> int:
                 if args.n is not None and counts["predicted"] + counts["failed"] >= args.n:
                     break
         else:
-            stream = sys.stdin if args.input in (None, "-") else open(args.input, encoding="utf-8")
+            stream = sys.stdin if args.input in (None, "-") else open(args.input, encoding="utf-8-sig")
             with stream:
                 for line in stream:
                     if line.strip():

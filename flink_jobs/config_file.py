@@ -126,7 +126,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark dropped
     except OSError as exc:
         raise ValueError(f"--config {path}: cannot read it: {exc.strerror or exc}") from None
     suffix = path.suffix.lower()

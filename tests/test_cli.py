@@ -22,6 +22,10 @@ def test_build_request_from_flags_and_file(tmp_path):
     assert req["learner"] == {"name": "PA", "hyperParameters": {"C": 1, "mode": 2}}
     assert req["preProcessors"] == [{"name": "StandardScaler"}]
     assert req["trainingConfiguration"] == {"miniBatches": 3, "miniBatchSize": 16}
+    # a file an editor saved with a byte order mark
+    f.write_bytes(b"\xef\xbb\xbf" + json.dumps({"learner": {"name": "PA"}}).encode())
+    args = _parser().parse_args(["request", "create", "--id", "4", "--from", str(f)])
+    assert build_request(args)["learner"] == {"name": "PA"}
 
 
 def test_a_session_from_the_command_line(broker, capsys):

@@ -82,6 +82,9 @@ def test_yaml_and_toml_describe_the_same_job(tmp_path):
     a = _job(tmp_path, "deploy.yaml", YAML)
     b = _job(tmp_path, "deploy.toml", TOML)
     assert a == b
+    bom = tmp_path / "bom.toml"  # a byte order mark, as some editors write
+    bom.write_bytes(b"\xef\xbb\xbf" + TOML.encode())
+    assert config_from_args(*parse(["--config", str(bom)])) == b
     assert (a.spokes, a.hubs, a.execution_mode, a.checkpoint_interval_ms) == (4, 2, "thread", 5000)
     assert a.checkpoint_dir == "file:///tmp/omldm-checkpoints" and a.exactly_once_outputs
     assert (a.max_pipelines, a.max_batch_bytes, a.sharding) == (7, 65536, "stratified")
