@@ -195,10 +195,20 @@ def _join(base: str, key: str) -> str:
     return f"{base}.{key}" if base else key
 
 
-def _schema_error(error: jsonschema.ValidationError, request_id: Any) -> RequestError:
-    """Turn the most relevant schema violation into ``RequestError(code="schema")``."""
+def _schema_error(error: jsonschema.ValidationError, request_id: Any,
+                  doc: Mapping[str, Any] | None = None) -> RequestError:
+    """Turn the most relevant schema violation of ``doc`` into
+    ``RequestError(code="schema")``."""
     where = _path(error.absolute_path)
     instance = error.instance
+    config = doc.get("trainingConfiguration") if doc is not None else None
+    if error.validator is None and where == "trainingConfiguration" and isinstance(config, dict):
+        # a key the named protocol does not take (a false subschema): the validator says whose
+        try:
+            validate_training_configuration(config, create=doc.get("request") == "Create")
+        except RequestError as exc:
+            exc.request_id = request_id
+            return exc
     if error.validator == "additionalProperties" and isinstance(instance, dict):
         allowed = set(error.schema.get("properties", {}))
         key = sorted(str(k) for k in instance if k not in allowed)[0]
@@ -328,7 +338,7 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
 
     error = jsonschema.exceptions.best_match(_validator(generation()).iter_errors(doc))
     if error is not None:
-        raise _schema_error(error, request_id)
+        raise _schema_error(error, request_id, doc)
 
     kind = doc["request"]
     for key, allowed in (("export", "Query"), ("version", "Create")):

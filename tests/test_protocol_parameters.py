@@ -120,11 +120,44 @@ def test_schema_and_validator_agree_on_the_common_keys():
 
 # -- the one validator -----------------------------------------------------------------------
 def test_a_create_gets_typed_values_and_the_common_defaults_only():
-    r = parse_request(create("FDA", threshold=1, miniBatchSize=64.0, staleness=3.0))
+    r = parse_request(create("FDA", threshold=1, miniBatchSize=64.0))
     tc = r.training_configuration
-    assert tc == {**TRAINING_DEFAULTS, "protocol": "FDA", "threshold": 1.0, "staleness": 3}
+    assert tc == {**TRAINING_DEFAULTS, "protocol": "FDA", "threshold": 1.0}
     assert type(tc["threshold"]) is float and type(tc["miniBatchSize"]) is int
-    assert type(tc["staleness"]) is int  # another protocol's key: checked by its declaration
+
+
+@pytest.mark.parametrize("doc,field,message", [
+    (create("FDA", threshold=1, staleness=3), "staleness",
+     "trainingConfiguration.staleness is a parameter of SSP, not of protocol 'FDA', which "
+     "would ignore it (its own: variant, threshold, precision, waitOnIncrement)"),
+    (create("Synchronous", threshold=0.1), "threshold", "trainingConfiguration.threshold is "
+     "a parameter of FDA, EVENFLOW, not of protocol 'Synchronous', which would ignore it (it "
+     "has none of its own)"),
+    (create("Asynchronous", variant="naive"), "variant", "is a parameter of FDA, EVENFLOW, not"),
+    (create("ElasticAveraging", staleness=1), "staleness",
+     "is a parameter of SSP, not of protocol 'ElasticAveraging'"),
+])
+def test_another_protocols_key_is_refused_not_kept_and_ignored(doc, field, message):
+    """A pipeline's protocol cannot change, so a key only another protocol reads did
+    nothing: ``staleness`` on TAP or ``threshold`` on BSP was accepted, shown by a Query
+    and ignored. A Create and an Update naming the protocol refuse it; an Update that does
+    not is refused by the nodes, which check the merged configuration."""
+    e = error_of(doc)
+    assert (e.code, e.field) == ("schema", f"trainingConfiguration.{field}")
+    assert message in e.message
+    update = {"id": 1, "request": "Update", "trainingConfiguration": {"protocol": "SSP",
+                                                                      "threshold": 1}}
+    assert "is a parameter of FDA, EVENFLOW, not of protocol 'SSP'" in error_of(update).message
+    from operators.local import LocalNetwork
+
+    net = LocalNetwork(network=1, n_spokes=2, n_hubs=1)
+    net.request(create("Synchronous"))
+    net.request({"id": 1, "request": "Update", "requestId": "u",
+                 "trainingConfiguration": {"staleness": 3}})
+    answer = net.outputs["responses"][-1]
+    assert answer["requestId"] == "u" and answer["error"]["field"] == \
+        "trainingConfiguration.staleness", answer
+    assert "staleness" not in net.query()["trainingConfiguration"]
 
 
 @pytest.mark.parametrize("doc,field", [

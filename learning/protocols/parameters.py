@@ -437,6 +437,23 @@ def _groups(table: Mapping[str, ProtocolParams]) -> list[tuple[list[str], Protoc
     return out
 
 
+def _foreign(key: str, protocol: str, own: ProtocolParams,
+             table: Mapping[str, ProtocolParams]) -> RequestError:
+    """The error for ``key``, a key that protocol ``protocol`` (declared by ``own``) does
+    not take: whose it is, or that no protocol's."""
+    owners = [names[0] for names, d in _groups(table) if key in d]
+    takes = (f"its own: {', '.join(p.name for p in own.params)}" if own.params
+             else "it has none of its own")
+    if not owners:
+        allowed = sorted({p.name for p in TRAINING_PARAMETERS.params}
+                         | {p.name for d in table.values() for p in d.params})
+        return RequestError("schema", f"unknown key {_field(key)!r}; allowed here: "
+                            f"{', '.join(allowed)}", _field(key))
+    return RequestError("schema", f"{_field(key)} is a parameter of {', '.join(owners)}, not "
+                        f"of protocol {protocol!r}, which would ignore it ({takes})",
+                        _field(key))
+
+
 def validate_training_configuration(given: Mapping[str, Any] | None, *, create: bool,
                                     table: Mapping[str, ProtocolParams] | None = None) -> dict:
     """The one validator of a request's ``trainingConfiguration``: typed values, for the
@@ -465,10 +482,11 @@ def validate_training_configuration(given: Mapping[str, Any] | None, *, create: 
     Raises
     ------
     learning.errors.RequestError
-        ``schema``, field ``trainingConfiguration.<key>``: an undeclared key, a value of the
-        wrong type or out of its interval or choices, a missing required parameter, a broken
-        rule. The protocol's name itself is not checked here (see
-        :func:`learning.requests.parse_request`).
+        ``schema``, field ``trainingConfiguration.<key>``: an undeclared key, a key of
+        another protocol than the declared one named (it would be kept and ignored: a
+        pipeline's protocol cannot change), a value of the wrong type or out of its
+        interval or choices, a missing required parameter, a broken rule. The protocol's
+        name itself is not checked here (see :func:`learning.requests.parse_request`).
     """
     table = declared() if table is None else table
     given = dict(given or {})
@@ -478,6 +496,9 @@ def validate_training_configuration(given: Mapping[str, Any] | None, *, create: 
             out[key] = TRAINING_PARAMETERS[key].validate(value)
     own = table.get(out.get("protocol")) if "protocol" in out else None
     if own is not None:
+        for key in given:  # another protocol's key would be kept and do nothing
+            if key not in TRAINING_PARAMETERS and key not in own:
+                raise _foreign(key, out["protocol"], own, table)
         if create:  # every parameter, the required ones and the rules
             values = own.of({**given, "protocol": out["protocol"]})
         else:
@@ -508,7 +529,8 @@ def validate_training_configuration(given: Mapping[str, Any] | None, *, create: 
 def configuration_schema(table: Mapping[str, ProtocolParams] | None = None) -> dict:
     """The JSON Schema (draft 2020-12) of ``trainingConfiguration``: every declared key
     (a key several protocols declare differently allows what any of them allows), and for
-    those protocols, under ``allOf``, what each allows itself. Required parameters and
+    each protocol named, under ``allOf``, what it allows itself and no other protocol's
+    key. Required parameters and
     rules are in the descriptions: a Create enforces them, an Update need not repeat them.
 
     Parameters
@@ -534,14 +556,17 @@ def configuration_schema(table: Mapping[str, ProtocolParams] | None = None) -> d
         text = "; ".join(f"{', '.join(names)}: {t}" for t, names in texts.items())
         props[key] = {"description": text, **kinds[0]} if len(kinds) == 1 else \
             {"description": text, "anyOf": kinds}
-    own = []  # where protocols declare a key differently: what each allows itself
+    # for each protocol: what it allows itself where protocols declare a key differently,
+    # and no key of another protocol (validate_training_configuration refuses them)
+    own = []
     for names, decl in _groups(table):
-        differ = {p.name: p.schema(decl.describe(p)) for p in decl.params
-                  if "anyOf" in props[p.name]}
-        if differ:
+        then: dict[str, Any] = {p.name: p.schema(decl.describe(p)) for p in decl.params
+                                if "anyOf" in props[p.name]}
+        then.update((key, False) for key in uses if key not in decl)
+        if then:
             own.append({"if": {"properties": {"protocol": {"enum": names}},
                                "required": ["protocol"]},
-                        "then": {"properties": differ}})
+                        "then": {"properties": then}})
     out: dict[str, Any] = {
         "description": "Generated from the declarations of learning.protocols.parameters "
                        "(learning.requests.write_schema); do not edit by hand.",
