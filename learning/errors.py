@@ -64,6 +64,14 @@ class RequestError(LearningError):
         None when the request as a whole is at fault.
     request_id : JSON scalar or None
         The request's ``requestId`` when it could be read, so the answer can be matched.
+
+    Attributes
+    ----------
+    pipeline : int or None
+        The request's ``id`` where it is a valid pipeline id (set by
+        :func:`learning.requests.parse_request`), for the answer.
+    kind : str or None
+        The request's ``request`` where it is a valid kind (``Create``, ...), likewise.
     """
 
     def __init__(self, code: str, message: str, field: str | None = None,
@@ -73,6 +81,8 @@ class RequestError(LearningError):
         self.message = message
         self.field = field
         self.request_id = request_id
+        self.pipeline: int | None = None
+        self.kind: str | None = None
 
     def to_json(self) -> dict:
         """``{"code", "message", "field"}``, JSON-safe."""

@@ -43,6 +43,8 @@ __all__ = ["Request", "parse_request", "REQUEST_TYPES", "TRAINING_DEFAULTS", "SC
 
 #: The request kinds.
 REQUEST_TYPES = ("Create", "Update", "Delete", "Query")
+#: the largest pipeline id (request.schema.json's ``id`` maximum: a Java int in the job)
+MAX_ID = 2**31 - 1
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "request.schema.json"
 _SCALARS = (str, int, float, bool, type(None))
@@ -336,6 +338,22 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
     if not isinstance(request_id, _SCALARS):
         request_id = None
 
+    try:
+        return _parse(doc, request_id, protocols, max_model_params)
+    except RequestError as exc:  # answered with the pipeline and kind where they are valid
+        exc.pipeline = int(doc["id"]) if _valid_id(doc.get("id")) else None
+        exc.kind = doc.get("request") if doc.get("request") in REQUEST_TYPES else None
+        raise
+
+
+def _valid_id(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)
+            or isinstance(value, float) and value.is_integer()) and 0 <= value <= MAX_ID
+
+
+def _parse(doc: dict, request_id: Any, protocols: Collection[str] | None,
+           max_model_params: int | None) -> Request:
+    """:func:`parse_request` past the loading of ``doc``."""
     error = jsonschema.exceptions.best_match(_validator(generation()).iter_errors(doc))
     if error is not None:
         raise _schema_error(error, request_id, doc)

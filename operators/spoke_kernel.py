@@ -672,7 +672,8 @@ class SpokeKernel:
         if self.index == 0:  # one spoke answers errors, so each request is answered once
             self.emit("responses", error_response(
                 err, getattr(req, "request_id", getattr(err, "request_id", None)),
-                getattr(req, "id", None), getattr(req, "request", None)))
+                getattr(req, "id", getattr(err, "pipeline", None)),
+                getattr(req, "request", getattr(err, "kind", None))))
 
     def _request(self, data: bytes) -> None:
         try:

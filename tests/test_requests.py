@@ -111,6 +111,23 @@ def test_request_id_recovered_on_errors():
     assert error_of(create(requestId=[1])).request_id is None
 
 
+def test_an_error_answer_names_the_pipeline_and_kind_where_they_are_valid():
+    """Before, every request refused by the parser was answered with ``id: null`` and
+    ``request: null``, though most of them name both rightly."""
+    from operators.service import error_response
+
+    e = error_of(create(trainingConfiguration={"miniBatchSize": 0}))
+    assert (e.pipeline, e.kind) == (create()["id"], "Create")
+    answer = error_response(e, e.request_id, e.pipeline, e.kind)
+    assert (answer["id"], answer["request"]) == (create()["id"], "Create")
+    e = error_of(create(id=-1))
+    assert (e.pipeline, e.kind) == (None, "Create")
+    e = error_of({"id": 3.0, "request": "Remove"})
+    assert (e.pipeline, e.kind) == (3, None) and type(e.pipeline) is int
+    e = error_of({"id": True, "request": "Query"})
+    assert (e.pipeline, e.kind) == (None, "Query")
+
+
 def test_unknown_protocol():
     # a service that serves only Asynchronous: the others are known but not served
     e = error_of(create(trainingConfiguration={"protocol": "FDA"}), protocols={"Asynchronous"})
