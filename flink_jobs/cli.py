@@ -366,6 +366,27 @@ def _predict(args: argparse.Namespace) -> int:
                     emit(batch)
                 if args.n is not None and counts["predicted"] + counts["failed"] >= args.n:
                     break
+        elif args.format == "csv" or (args.format is None and args.input is not None
+                                      and args.input.lower().endswith(".csv")):
+            from flink_jobs.stream_files import BadRow, RecordReader
+
+            features = [c.strip() for c in args.features.split(",")] if args.features else None
+            reader = RecordReader(args.input or "-", format="csv", label=args.label, id=args.id,
+                                  features=features, delimiter=_delimiter_arg(args.delimiter))
+            batch = []
+            for item in reader:  # as omldm stream reads the file; the label is not sent
+                if isinstance(item, BadRow):
+                    counts["failed"] += 1
+                    print(json.dumps({"id": None, "error": str(item)}), file=sys.stderr,
+                          flush=True)
+                    continue
+                item.pop("label", None)
+                batch.append(item)
+                if len(batch) == PREDICT_BATCH:
+                    emit(batch)
+                    batch = []
+            if batch:
+                emit(batch)
         else:
             stream = sys.stdin if args.input in (None, "-") else open(args.input, encoding="utf-8-sig")
             with stream:
@@ -383,6 +404,10 @@ def _predict(args: argparse.Namespace) -> int:
     print(f"omldm predict: {counts['predicted']} predicted, {counts['failed']} refused, model "
           f"version {follower.version(args.pipeline)}", file=sys.stderr)
     return 0
+
+
+#: records of a CSV file predicted in one call by ``omldm predict``
+PREDICT_BATCH = 256
 
 
 def _records_of(value: bytes, counts: dict) -> list:
@@ -885,7 +910,21 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                       _predict)
     predict.add_argument("--pipeline", type=int, required=True, help="the pipeline id")
     predict.add_argument("--input", metavar="FILE", default=None,
-                         help="JSON lines of records {\"id\", \"features\"} (default '-': stdin)")
+                         help="JSON lines of records {\"id\", \"features\"}, or a CSV file "
+                              "read as omldm stream reads it (FILE.csv or --format csv; its "
+                              "label column is left out) (default '-': stdin)")
+    predict.add_argument("--format", choices=("csv", "jsonl"), default=None,
+                         help="--input's format (default: csv for FILE.csv, else JSON lines)")
+    predict.add_argument("--label", metavar="COLUMN", default=None,
+                         help="CSV: the label column, left out of the features (default: "
+                              "'label' if present)")
+    predict.add_argument("--id", metavar="COLUMN", default=None,
+                         help="CSV: the id column (default: 'id' if present, else the row "
+                              "number)")
+    predict.add_argument("--features", metavar="COLUMNS", default=None,
+                         help="CSV: comma-separated feature columns, as for omldm stream")
+    predict.add_argument("--delimiter", metavar="CHAR", default=None,
+                         help="CSV: the delimiter, as for omldm stream")
     predict.add_argument("--from-topic", metavar="TOPIC", default=None,
                          help="read the records from this topic instead (e.g. forecasting)")
     predict.add_argument("--from-beginning", action="store_true",

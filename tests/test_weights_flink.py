@@ -77,6 +77,16 @@ def test_a_follower_predicts_as_the_job_and_follows_new_versions(broker, tmp_pat
             assert [p["prediction"] for p in lines] == ours
             assert {p["modelVersion"] for p in lines} == {model.version}
             assert "not JSON" in out.err and "1 refused" in out.err
+            # ... and from a CSV file, read as omldm stream reads it (its label left out)
+            f = tmp_path / "records.csv"
+            header = ";".join(f"px{j}" for j in range(test.shape[1])) + ";label\n"
+            f.write_text(header + "".join(";".join(str(v).replace(".", ",") for v in x)
+                                          + f";{c}\n" for x, c in zip(test.tolist(), y[1500:])))
+            assert main(["predict", "--pipeline", "0", "--input", str(f), "--wait", "30",
+                         *conn]) == 0
+            lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+            assert [p["prediction"] for p in lines] == ours
+            assert [p["id"] for p in lines] == list(range(len(test)))
             # ... and from a topic: the job's forecasting records, as the job reads them
             assert main(["predict", "--pipeline", "0", "--from-topic", cfg.topics.forecasting,
                          "--from-beginning", "-n", str(n_fore), "--timeout", "30", *conn]) == 0
