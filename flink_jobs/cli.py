@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import importlib
 import importlib.metadata
+import itertools
 import json
 import logging
 import os
@@ -328,6 +329,16 @@ def _predict(args: argparse.Namespace) -> int:
 
     conn = KafkaConnection.from_args(args)
     servers = _need_servers(conn)
+    rows = None  # a CSV input's records, its header checked before any wait
+    if args.from_topic is None and (args.format == "csv" or (
+            args.format is None and args.input is not None and args.input.lower().endswith(".csv"))):
+        from flink_jobs.stream_files import RecordReader
+
+        features = [c.strip() for c in args.features.split(",")] if args.features else None
+        reader = iter(RecordReader(args.input or "-", format="csv", label=args.label, id=args.id,
+                                   features=features, delimiter=_delimiter_arg(args.delimiter)))
+        first = next(reader, None)
+        rows = itertools.chain([] if first is None else [first], reader)
     weights_topic = args.weights_topic or _topics(args).weights
     follower = ModelFollower(servers, weights_topic, **conn.client_kwargs("consumer"))
     producer = JsonProducer(servers, **conn.client_kwargs("producer")) if args.output_topic else None
@@ -366,15 +377,11 @@ def _predict(args: argparse.Namespace) -> int:
                     emit(batch)
                 if args.n is not None and counts["predicted"] + counts["failed"] >= args.n:
                     break
-        elif args.format == "csv" or (args.format is None and args.input is not None
-                                      and args.input.lower().endswith(".csv")):
-            from flink_jobs.stream_files import BadRow, RecordReader
+        elif rows is not None:
+            from flink_jobs.stream_files import BadRow
 
-            features = [c.strip() for c in args.features.split(",")] if args.features else None
-            reader = RecordReader(args.input or "-", format="csv", label=args.label, id=args.id,
-                                  features=features, delimiter=_delimiter_arg(args.delimiter))
             batch = []
-            for item in reader:  # as omldm stream reads the file; the label is not sent
+            for item in rows:  # as omldm stream reads the file; the label is not sent
                 if isinstance(item, BadRow):
                     counts["failed"] += 1
                     print(json.dumps({"id": None, "error": str(item)}), file=sys.stderr,

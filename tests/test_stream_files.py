@@ -230,6 +230,13 @@ def test_the_command_through_the_real_broker(broker, tmp_path, capsys):
                                    {"id": 4, "features": [8.0, 9.0]}]]
 
 
+def test_predict_refuses_a_bad_csv_before_it_waits_for_a_model(tmp_path, capsys):
+    path = _write(tmp_path, "my.csv", CSV)
+    assert main(["predict", "--pipeline", "0", "--input", path, "--label", "nope",
+                 "--bootstrap-servers", "localhost:1"]) == 2
+    assert "--label column 'nope' is not in the header" in capsys.readouterr().err
+
+
 def test_the_command_refuses_a_bad_source_with_exit_2(capsys):
     assert main(["stream", "river:Nope", "--bootstrap-servers", "127.0.0.1:1"]) == 2
     assert "unknown river dataset" in capsys.readouterr().err
