@@ -108,13 +108,14 @@ def _without_bom(f: Iterable[str]) -> Iterator[str]:
         yield from lines
 
 
-def _scalar(text: str) -> int | float | str:
-    """A CSV cell as the JSON value it spells: an int, else a float, else the string."""
+def _scalar(text: str, number: Callable[[str], float | None] | None = None) -> int | float | str:
+    """A CSV cell as the JSON value it spells: an int, else a float (read by ``number``,
+    :func:`_number` by default), else the string."""
     try:
         return int(text)
     except ValueError:
         pass
-    x = _number(text)
+    x = (number or _number)(text)
     return x if x is not None else text
 
 
@@ -345,7 +346,7 @@ class RecordReader:
                 if not value:
                     yield BadRow(line, f"missing label in column {label!r}")
                     continue
-                record["label"] = _scalar(value)
+                record["label"] = _scalar(value, number)
             yield record
 
     def _jsonl(self, f: TextIO) -> Iterator[dict | BadRow]:

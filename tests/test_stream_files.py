@@ -75,6 +75,14 @@ def test_the_delimiter_is_the_header_lines_or_the_one_given(tmp_path, text, deli
                      {"id": 1, "features": [3.0, 4.25], "label": "y"}]
 
 
+def test_a_decimal_comma_label_is_a_number(tmp_path):
+    """A regression target written with a decimal comma was streamed as a string, and the
+    job refused every record (label_type)."""
+    assert list(RecordReader(_write(tmp_path, "d.csv", "a;price\n1;2,5\n2;-0,25\n"),
+                             label="price")) == [
+        {"id": 0, "features": [1.0], "label": 2.5}, {"id": 1, "features": [2.0], "label": -0.25}]
+
+
 def test_no_numeric_column_is_an_error_not_empty_records(tmp_path):
     with pytest.raises(ValueError, match=r"no column of the header \['a:b:label'\]"):
         list(RecordReader(_write(tmp_path, "d.csv", "a:b:label\n1:2:x\n")))
