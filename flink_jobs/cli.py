@@ -459,6 +459,10 @@ def _stream(args: argparse.Namespace) -> int:
                                source=args.source)
     finally:
         producer.close()
+    if reader.columns is not None and features is None:  # chosen by the reader: say which
+        left = (f"; left out: {', '.join(reader.left_out)} (not numbers in most of the first "
+                "rows; --features names the columns)") if reader.left_out else ""
+        print(f"omldm stream: features: {', '.join(reader.columns)}{left}", file=sys.stderr)
     print(json.dumps(summary.to_json()))
     return 0
 

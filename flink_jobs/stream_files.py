@@ -145,6 +145,14 @@ class RecordReader:
     delimiter : str or None
         CSV delimiter; None: whichever of ``,``, ``;``, tab and ``|`` the header line holds
         most of. With ``;`` a number may have a decimal comma (``1,5``).
+
+    Attributes
+    ----------
+    columns : list of str or None
+        A tabular source's feature columns, once the first record was read (None before,
+        and for the job's own JSON Lines records, river and bundled data).
+    left_out : list of str
+        The other columns (neither the label nor the id), e.g. the non-numeric ones.
     seed : int or None
         Seed of a river generator (passed to its ``seed`` argument).
     limit : int or None
@@ -188,6 +196,8 @@ class RecordReader:
         self.first_id = first_id
         self.stdin = stdin
         self.delimiter = delimiter
+        self.columns: list[str] | None = None  # the feature columns, once chosen
+        self.left_out: list[str] = []  # other columns, not the label's or the id's
         if delimiter is not None and len(delimiter) != 1:
             raise ValueError(f"the delimiter must be one character, got {delimiter!r}")
         if format is not None and format not in FORMATS:
@@ -319,6 +329,8 @@ class RecordReader:
                     f"{len(ahead)} rows (read with the delimiter {delimiter!r}); name the "
                     "feature columns with --features, or the delimiter with --delimiter")
             numbered = itertools.chain(ahead, numbered)
+        self.columns = list(columns)
+        self.left_out = [h for h in header if h not in columns and h not in (label, id_)]
         for row_no, (line, row) in enumerate(numbered):
             if len(row) != len(header):
                 yield BadRow(line, f"expected {len(header)} columns, got {len(row)}")
@@ -370,6 +382,10 @@ class RecordReader:
                 raise ValueError(
                     f"no key is a number in most of the first {len(objects)} objects, and "
                     "they hold no \"features\" array; name the feature keys with --features")
+        if columns is not VECTOR:
+            self.columns = list(columns)
+            keys = dict.fromkeys(k for obj in objects for k in obj)
+            self.left_out = [k for k in keys if k not in columns and k not in (label, id_)]
         for row_no, (line, obj) in enumerate(itertools.chain(ahead, parsed)):
             yield obj if isinstance(obj, BadRow) else self._object(line, row_no, obj, label,
                                                                   columns, id_)

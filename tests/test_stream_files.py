@@ -22,9 +22,11 @@ def _write(tmp_path, name: str, text: str) -> str:
 
 
 def test_csv_with_header_takes_numeric_columns_and_the_label(tmp_path):
-    items = list(RecordReader(_write(tmp_path, "d.csv", CSV)))
+    reader = RecordReader(_write(tmp_path, "d.csv", CSV))
+    items = list(reader)
     assert items == [{"id": 0, "features": [1.0, 2.5], "label": 0},
                      {"id": 1, "features": [3.0, 4.0], "label": 1}]
+    assert (reader.columns, reader.left_out) == (["a", "b"], ["name"])  # said by omldm stream
 
 
 def test_csv_columns_chosen_by_flags(tmp_path):
@@ -217,8 +219,8 @@ def test_bad_sources_are_refused(source, kwargs, message):
 def test_the_command_through_the_real_broker(broker, tmp_path, capsys):
     from flink_jobs.kafka_io import TopicReader
 
-    path = _write(tmp_path, "my.csv",
-                  "a\tb\tclass\n1\t2\tx\n3\t4\ty\n5\tbad\tz\n6\t7\tx\n8\t9\ty\n")
+    path = _write(tmp_path, "my.csv", "a\tb\tclass\tcolor\n1\t2\tx\tred\n3\t4\ty\tred\n"
+                  "5\tbad\tz\tblue\n6\t7\tx\tred\n8\t9\ty\tred\n")
     prefix = "streamfiles-"
     assert main(["stream", path, "--label", "class", "--forecast-every", "2",
                  "--records-per-message", "2", "--no-progress", "--delimiter", "tab",
@@ -227,6 +229,7 @@ def test_the_command_through_the_real_broker(broker, tmp_path, capsys):
     assert json.loads(out.strip().splitlines()[-1]) | {"seconds": 0} == {
         "dataset": path, "training": 2, "forecasting": 2, "skipped": 1, "seconds": 0}
     assert "line 4: feature 'b' is not a finite number: 'bad'" in err
+    assert "omldm stream: features: a, b; left out: color (not numbers" in err
     got = {}
     for topic in ("training", "forecasting"):
         reader = TopicReader(broker.bootstrap_servers, prefix + topic)
