@@ -332,11 +332,7 @@ def _predict(args: argparse.Namespace) -> int:
     rows = None  # a CSV input's records, its header checked before any wait
     if args.from_topic is None and (args.format == "csv" or (
             args.format is None and args.input is not None and args.input.lower().endswith(".csv"))):
-        from flink_jobs.stream_files import RecordReader
-
-        features = [c.strip() for c in args.features.split(",")] if args.features else None
-        reader = iter(RecordReader(args.input or "-", format="csv", label=args.label, id=args.id,
-                                   features=features, delimiter=_delimiter_arg(args.delimiter)))
+        reader = iter(_reader(args, args.input or "-", format="csv"))
         first = next(reader, None)
         rows = itertools.chain([] if first is None else [first], reader)
     weights_topic = args.weights_topic or _topics(args).weights
@@ -433,9 +429,34 @@ def _records_of(value: bytes, counts: dict) -> list:
 
 
 # -- stream ---------------------------------------------------------------------------------
-def _delimiter_arg(text: str | None) -> str | None:
-    """``--delimiter``: one character, or ``tab`` (a tab is awkward to type)."""
-    return "\t" if text is not None and text.lower() in ("tab", "\\t") else text
+def _reader(args: argparse.Namespace, source: str, **kwargs):
+    """The :class:`~flink_jobs.stream_files.RecordReader` of ``source`` with the table
+    options of :func:`_table_arguments` (``--delimiter tab`` is a tab)."""
+    from flink_jobs.stream_files import RecordReader
+
+    features = ([c.strip() for c in args.features.split(",") if c.strip()]
+                if args.features else None)
+    delimiter = args.delimiter
+    if delimiter is not None and delimiter.lower() in ("tab", "\\t"):
+        delimiter = "\t"  # a tab is awkward to type
+    return RecordReader(source, label=args.label, id=args.id, features=features,
+                        delimiter=delimiter, **kwargs)
+
+
+def _table_arguments(p: argparse.ArgumentParser, label: str) -> None:
+    """``--label``, ``--id``, ``--features`` and ``--delimiter``: how a CSV or JSON Lines
+    file is read (:func:`_reader`); ``label`` ends the label option's help."""
+    p.add_argument("--label", metavar="COLUMN", default=None,
+                   help=f"label column (default: 'label' if present){label}")
+    p.add_argument("--id", metavar="COLUMN", default=None,
+                   help="id column (default: 'id' if present, else the row number)")
+    p.add_argument("--features", metavar="COLUMNS", default=None,
+                   help="comma-separated feature columns (default: every other column that "
+                        "is a number in most of the first 100 rows; JSON Lines objects with a "
+                        "'features' array keep it)")
+    p.add_argument("--delimiter", metavar="CHAR", default=None,
+                   help="CSV delimiter, e.g. ';' or 'tab' (default: whichever of , ; tab | "
+                        "the header line holds most of)")
 
 
 def _stream(args: argparse.Namespace) -> int:
@@ -443,10 +464,8 @@ def _stream(args: argparse.Namespace) -> int:
     from flink_jobs.stream_files import RecordReader, write_stream
 
     conn = KafkaConnection.from_args(args)
-    features = [c.strip() for c in args.features.split(",") if c.strip()] if args.features else None
-    reader = RecordReader(args.source, format=args.format, label=args.label, id=args.id,
-                          features=features, seed=args.seed, limit=args.limit,
-                          first_id=args.first_id, delimiter=_delimiter_arg(args.delimiter))
+    reader = _reader(args, args.source, format=args.format, seed=args.seed, limit=args.limit,
+                     first_id=args.first_id)
     servers = _need_servers(conn)
     t = _topics(args)
     topic = {"training": t.training, "forecasting": t.forecasting}
@@ -459,7 +478,7 @@ def _stream(args: argparse.Namespace) -> int:
                                source=args.source)
     finally:
         producer.close()
-    if reader.columns is not None and features is None:  # chosen by the reader: say which
+    if reader.columns is not None and reader.features is None:  # chosen by it: say which
         left = (f"; left out: {', '.join(reader.left_out)} (not numbers in most of the first "
                 "rows; --features names the columns)") if reader.left_out else ""
         print(f"omldm stream: features: {', '.join(reader.columns)}{left}", file=sys.stderr)
@@ -886,18 +905,7 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                              "river:synth.SEA) or shuttle / digits")
     stream.add_argument("--format", choices=("csv", "jsonl"), default=None,
                         help="input format (default: by the file suffix; csv for stdin)")
-    stream.add_argument("--label", metavar="COLUMN", default=None,
-                        help="label column (default: 'label' if present, else unlabelled)")
-    stream.add_argument("--id", metavar="COLUMN", default=None,
-                        help="id column (default: 'id' if present, else the row number, from "
-                             "--first-id)")
-    stream.add_argument("--features", metavar="COLUMNS", default=None,
-                        help="comma-separated feature columns (default: every other column "
-                             "that is a number in most of the first 100 rows; JSON Lines "
-                             "objects with a 'features' array keep it)")
-    stream.add_argument("--delimiter", metavar="CHAR", default=None,
-                        help="CSV delimiter, e.g. ';' or 'tab' (default: whichever of , ; tab | "
-                             "the header line holds most of)")
+    _table_arguments(stream, ", else unlabelled records")
     stream.add_argument("--forecast-every", "--every", dest="forecast_every", type=int,
                         default=5, metavar="N",
                         help="every N-th record goes to forecasting without its label "
@@ -926,16 +934,7 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                               "label column is left out) (default '-': stdin)")
     predict.add_argument("--format", choices=("csv", "jsonl"), default=None,
                          help="--input's format (default: csv for FILE.csv, else JSON lines)")
-    predict.add_argument("--label", metavar="COLUMN", default=None,
-                         help="CSV: the label column, left out of the features (default: "
-                              "'label' if present)")
-    predict.add_argument("--id", metavar="COLUMN", default=None,
-                         help="CSV: the id column (default: 'id' if present, else the row "
-                              "number)")
-    predict.add_argument("--features", metavar="COLUMNS", default=None,
-                         help="CSV: comma-separated feature columns, as for omldm stream")
-    predict.add_argument("--delimiter", metavar="CHAR", default=None,
-                         help="CSV: the delimiter, as for omldm stream")
+    _table_arguments(predict, "; a CSV's is left out")
     predict.add_argument("--from-topic", metavar="TOPIC", default=None,
                          help="read the records from this topic instead (e.g. forecasting)")
     predict.add_argument("--from-beginning", action="store_true",
