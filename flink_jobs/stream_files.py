@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TextIO
+from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
 
 import orjson
 
@@ -142,6 +142,15 @@ class RecordReader:
         is a number in more than half of the first :data:`SNIFF_ROWS` rows (for river: every
         numeric key of the first record). JSON Lines objects that are the job's own records
         (a ``features`` array in more than half of them) keep their array as it is.
+    seed : int or None
+        Seed of a river generator (passed to its ``seed`` argument).
+    limit : int or None
+        Stop after this many records (bad rows do not count). An endless river generator
+        defaults to :data:`DEFAULT_GENERATOR_LIMIT`.
+    first_id : int
+        Id of the first row when ids are row numbers.
+    stdin : text stream or None
+        Read instead of ``sys.stdin`` for ``-`` (tests).
     delimiter : str or None
         CSV delimiter; None: whichever of ``,``, ``;``, tab and ``|`` the header line holds
         most of. With ``;`` a number may have a decimal comma (``1,5``).
@@ -153,15 +162,6 @@ class RecordReader:
         and for the job's own JSON Lines records, river and bundled data).
     left_out : list of str
         The other columns (neither the label nor the id), e.g. the non-numeric ones.
-    seed : int or None
-        Seed of a river generator (passed to its ``seed`` argument).
-    limit : int or None
-        Stop after this many records (bad rows do not count). An endless river generator
-        defaults to :data:`DEFAULT_GENERATOR_LIMIT`.
-    first_id : int
-        Id of the first row when ids are row numbers.
-    stdin : text stream or None
-        Read instead of ``sys.stdin`` for ``-`` (tests).
 
     Raises
     ------
@@ -401,7 +401,7 @@ class RecordReader:
         return line, obj
 
     def _object(self, line: int, row_no: int, obj: dict, label: str | None,
-                columns: list[str] | None, id_: str | None) -> dict | BadRow:
+                columns: Sequence[str], id_: str | None) -> dict | BadRow:
         record = {"id": self.first_id + row_no}
         if id_ is not None:
             if obj.get(id_) is None:
