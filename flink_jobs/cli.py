@@ -461,7 +461,7 @@ def _table_arguments(p: argparse.ArgumentParser, label: str) -> None:
 
 def _stream(args: argparse.Namespace) -> int:
     from flink_jobs.kafka_io import JsonProducer
-    from flink_jobs.stream_files import RecordReader, write_stream
+    from flink_jobs.stream_files import write_stream
 
     conn = KafkaConnection.from_args(args)
     reader = _reader(args, args.source, format=args.format, seed=args.seed, limit=args.limit,
@@ -470,18 +470,26 @@ def _stream(args: argparse.Namespace) -> int:
     t = _topics(args)
     topic = {"training": t.training, "forecasting": t.forecasting}
     producer = JsonProducer(servers, **conn.client_kwargs("producer"))
+
+    def said(items):  # the feature columns the reader chose, said once they are known
+        told = reader.features is not None
+        for item in items:
+            if not told and reader.columns is not None:
+                told = True
+                left = (f"; left out: {', '.join(reader.left_out)} (not numbers in most of "
+                        "the first rows; --features names the columns)") if reader.left_out else ""
+                print(f"omldm stream: features: {', '.join(reader.columns)}{left}",
+                      file=sys.stderr, flush=True)
+            yield item
+
     try:
-        summary = write_stream(reader, lambda kind, value: producer.send(topic[kind], value),
+        summary = write_stream(said(reader), lambda kind, value: producer.send(topic[kind], value),
                                forecast_every=args.forecast_every,
                                records_per_message=args.records_per_message, rate=args.rate,
                                progress=not args.no_progress, total=reader.total,
                                source=args.source)
     finally:
         producer.close()
-    if reader.columns is not None and reader.features is None:  # chosen by it: say which
-        left = (f"; left out: {', '.join(reader.left_out)} (not numbers in most of the first "
-                "rows; --features names the columns)") if reader.left_out else ""
-        print(f"omldm stream: features: {', '.join(reader.columns)}{left}", file=sys.stderr)
     print(json.dumps(summary.to_json()))
     return 0
 
