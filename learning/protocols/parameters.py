@@ -437,18 +437,11 @@ def _groups(table: Mapping[str, ProtocolParams]) -> list[tuple[list[str], Protoc
     return out
 
 
-def _foreign(key: str, protocol: str, own: ProtocolParams,
-             table: Mapping[str, ProtocolParams]) -> RequestError:
-    """The error for ``key``, a key that protocol ``protocol`` (declared by ``own``) does
-    not take: whose it is, or that no protocol's."""
-    owners = [names[0] for names, d in _groups(table) if key in d]
+def _foreign(key: str, owners: list[str], protocol: str, own: ProtocolParams) -> RequestError:
+    """The error for ``key``, a parameter of the protocols ``owners`` that protocol
+    ``protocol`` (declared by ``own``) does not take."""
     takes = (f"its own: {', '.join(p.name for p in own.params)}" if own.params
              else "it has none of its own")
-    if not owners:
-        allowed = sorted({p.name for p in TRAINING_PARAMETERS.params}
-                         | {p.name for d in table.values() for p in d.params})
-        return RequestError("schema", f"unknown key {_field(key)!r}; allowed here: "
-                            f"{', '.join(allowed)}", _field(key))
     return RequestError("schema", f"{_field(key)} is a parameter of {', '.join(owners)}, not "
                         f"of protocol {protocol!r}, which would ignore it ({takes})",
                         _field(key))
@@ -498,7 +491,9 @@ def validate_training_configuration(given: Mapping[str, Any] | None, *, create: 
     if own is not None:
         for key in given:  # another protocol's key would be kept and do nothing
             if key not in TRAINING_PARAMETERS and key not in own:
-                raise _foreign(key, out["protocol"], own, table)
+                owners = [names[0] for names, d in _groups(table) if key in d]
+                if owners:  # (a key of no protocol: "unknown key" below)
+                    raise _foreign(key, owners, out["protocol"], own)
         if create:  # every parameter, the required ones and the rules
             values = own.of({**given, "protocol": out["protocol"]})
         else:
