@@ -178,7 +178,7 @@ def test_quick_run_has_a_centralized_row_per_dataset_equal_to_a_single_spoke_run
         chosen = next((e.get("aggregation") for p, v, e in experiment.SETTINGS[r["dataset"]]
                        if (p, v) == (r["protocol"], r["variant"])), None)
         expected = None if r["protocol"] in ("Centralized", "Independent") else \
-            chosen or ("average" if r["dataset"] == "digits" else "sum")
+            chosen or ("average" if r["dataset"] == "digits" else "sum")  # digits: the MLP at Adam 0.03
         assert r["aggregation"] == expected, r
     assert {r["dataset"] for r in rows if r["protocol"] == "FDA" and
             r["aggregation"] == "average"} == {"digits", "waveform", "hyperplane"}

@@ -403,6 +403,8 @@ class EvenFlowHub(AveragingHub):
         Synchronization requests received (hub 0), duplicates of a round included.
     """
 
+    safe_zone_rounds = True
+
     def __init__(self, request) -> None:
         super().__init__(request)
         values = PARAMETERS.of(request.training_configuration)
@@ -440,6 +442,8 @@ class EvenFlowSpoke(ShardedSpoke):
     learning.errors.RequestError
         ``schema`` for a ``monitoredFunction`` that is not registered on this node.
     """
+
+    safe_zone_rounds = True
 
     peer = EvenFlowHub
     #: a ``begin_sync`` of a later round than this spoke's, kept until it gets there

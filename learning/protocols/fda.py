@@ -413,6 +413,8 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         ``(round, action, F(S))`` of every poll, in order (tests read it).
     """
 
+    safe_zone_rounds = True
+
     def __init__(self, request) -> None:
         super().__init__(request)
         values = PARAMETERS.of(request.training_configuration)
@@ -556,6 +558,8 @@ def _ignore(_value) -> None:
 class FunctionalDynamicAveragingSpoke(ShardedSpoke):
     """An FDA worker: train, keep the local state, send FGM counter increments, answer
     polls, and average when the coordinator ends the round."""
+
+    safe_zone_rounds = True
 
     peer = FunctionalDynamicAveragingHub
     #: a spoke restored from a snapshot taken before ``waitOnIncrement`` keeps its one-way

@@ -168,7 +168,7 @@ from middleware import BroadcastPromise, Promise, remote
 __all__ = ["shard_bounds", "weighted_average", "diversity_scale", "class_diversity_scales",
            "fixed_layout",
            "ShardedSpoke", "ShardedHub", "AveragingHub", "REPORT_METHOD", "AGGREGATIONS",
-           "DEFAULT_AGGREGATION", "aggregation_of", "ADDS_DELTAS", "REPLAY_LIMIT"]
+           "DEFAULT_AGGREGATION", "SAFE_ZONE_AGGREGATION", "aggregation_of", "ADDS_DELTAS", "REPLAY_LIMIT"]
 
 log = logging.getLogger(__name__)
 
@@ -197,15 +197,44 @@ REPLAY_LIMIT = 4096
 #: learning-quality table); learners not named here average. In-process kernel, 4 spokes,
 #: BSP after every mini-batch of 16, prequential accuracy (centralized learner in brackets):
 #: PA on digits average 0.946, sum 0.958 (0.966); on RandomRBF average 0.779, sum 0.800
-#: (0.801). The MLP (Adam) on digits: average 0.928, sum 0.904 (0.925): k Adam steps added
-#: overshoot. SVM (Pegasos) on digits: average 0.897, sum 0.211 (0.944): every spoke's step
-#: also shrinks w by (1 − ηλ), and k shrinkages added diverge.
-DEFAULT_AGGREGATION: dict[str, str] = {"PAClassifier": "sum"}
+#: (0.801). SVM (Pegasos) on digits: average 0.897, sum 0.211 (0.944): every spoke's step
+#: also shrinks w by (1 − ηλ), and k shrinkages added diverge. PARegressor (C = 1) on
+#: Friedman #1: mean absolute error 2.75 averaged, 17.8 summed. The networks (MLP, CNN,
+#: MLPRegressor) at their defaults (Adam at 0.005, the CNN at 0.01; 2026-12-06, seeds
+#: 0–1): an Adam step has about the same size whatever the gradient's, so the average of k
+#: spokes' steps is one step per k mini-batches, the pace of one spoke alone, and
+#: averaging lands where independent learners do (MLP on digits 0.891 against 0.865
+#: independent, 0.952 centralized; MLPRegressor on Friedman #1 7.22 against 7.22), where
+#: the sum takes k steps as one learner would (0.935; 3.72 against 3.37;
+#: ``benchmarks/aggregation_rules.py``). At Adam 0.03, a step larger than the centralized
+#: learner's best, averaging is the better rule (MLP on digits 0.928 against 0.909 summed,
+#: 0.925 centralized): the experiments that run so name it.
+DEFAULT_AGGREGATION: dict[str, str] = {"PAClassifier": "sum", "MLP": "sum", "CNN": "sum",
+                                       "MLPRegressor": "sum"}
+
+#: learner class name → its default under the protocols whose rounds last as long as the
+#: spokes stay in their safe zone (FDA, EVENFLOW: :attr:`ShardedSpoke.safe_zone_rounds`),
+#: where it is not :data:`DEFAULT_AGGREGATION`'s. A spoke that fitted many mini-batches
+#: has corrected what the others corrected too, and adding the k deltas overshoots: the
+#: regression experiment's MLPRegressor (Adam 0.01) under EVENFLOW with T = 1 came to a
+#: held-out MSE of 126 summed against 6.7 averaged, and the MLP on Waveform at its
+#: defaults (threshold 0.05, seeds 0–1) to 0.783–0.819 summed, below independent learners
+#: (0.813), against 0.818–0.829 averaged. ``diversity`` adds the deltas where they differ
+#: and averages them where they agree, and does not overshoot: 0.820–0.829 there, on
+#: digits 0.900–0.913 against 0.889–0.902 averaged, the MLPRegressor on Friedman #1
+#: 6.34–6.77 against 6.76–7.16. Where rounds stay short the sum does better still (digits
+#: 0.901–0.928, Friedman #1 3.96–4.52 at that threshold): a user who keeps the threshold
+#: small may name it (``benchmarks/aggregation_rules.py``; docs/quality.md, "The networks'
+#: default rule").
+SAFE_ZONE_AGGREGATION: dict[str, str] = {"MLP": "diversity", "CNN": "diversity",
+                                         "MLPRegressor": "diversity"}
 
 
-def aggregation_of(cfg: dict, learner: Any) -> str:
-    """``trainingConfiguration.aggregation``, or the learner's default
-    (:data:`DEFAULT_AGGREGATION`, else ``average``).
+def aggregation_of(cfg: dict, learner: Any, safe_zone_rounds: bool = False) -> str:
+    """``trainingConfiguration.aggregation``, or the learner's default: under a protocol
+    whose rounds end when a spoke leaves its safe zone (``safe_zone_rounds``: FDA,
+    EVENFLOW) :data:`SAFE_ZONE_AGGREGATION`'s where it names the learner, else
+    :data:`DEFAULT_AGGREGATION`'s, else ``average``.
 
     Raises
     ------
@@ -215,7 +244,10 @@ def aggregation_of(cfg: dict, learner: Any) -> str:
     """
     rule = cfg.get("aggregation")
     if rule is None:
-        return DEFAULT_AGGREGATION.get(type(learner).__name__, "average")
+        name = type(learner).__name__
+        if safe_zone_rounds and name in SAFE_ZONE_AGGREGATION:
+            return SAFE_ZONE_AGGREGATION[name]
+        return DEFAULT_AGGREGATION.get(name, "average")
     return TRAINING_PARAMETERS["aggregation"].validate(rule)
 
 
@@ -399,6 +431,11 @@ class ShardedSpoke(PipelineSpoke):
         Milliseconds this spoke's stream was paused on synchronizations.
     """
 
+    #: whether a round lasts as long as the spokes stay in their safe zone (FDA, EVENFLOW),
+    #: rather than a fixed number of mini-batches: it picks the default aggregation rule
+    #: (:func:`aggregation_of`)
+    safe_zone_rounds = False
+
     def __init__(self, request) -> None:
         super().__init__(request)
         self.hub_parallelism = int(request.training_configuration.get("hubParallelism", 1))
@@ -413,7 +450,8 @@ class ShardedSpoke(PipelineSpoke):
         self.sync_failures = 0
         self._waits = 0
         self._wait_started = 0.0
-        self.aggregation = aggregation_of(request.training_configuration, learner)
+        self.aggregation = aggregation_of(request.training_configuration, learner,
+                                          self.safe_zone_rounds)
         # the model every node starts from: zeros, or a warm start's learner.parameters
         self._start = (learner.get_params(), learner.layout())
         # the preprocessors' global statistics installed last, and those sent with the
@@ -436,7 +474,7 @@ class ShardedSpoke(PipelineSpoke):
 
     def on_update(self) -> None:
         self.aggregation = aggregation_of(self.request.training_configuration,
-                                          self.pipeline.learner)
+                                          self.pipeline.learner, self.safe_zone_rounds)
 
     #: resets for a new layout so far (:meth:`on_relayout`): a call made before the last
     #: one is answered for a model that is gone; a class default for older snapshots
@@ -818,6 +856,8 @@ class ShardedHub(PipelineHub):
         Rounds folded under ``momentum`` that moved the model.
     """
 
+    #: as :attr:`ShardedSpoke.safe_zone_rounds`
+    safe_zone_rounds = False
     diversity_rounds = 0
     diversity_total = 0.0
     diversity_blocks = TRAINING_PARAMETERS["diversityBlocks"].default
@@ -830,7 +870,8 @@ class ShardedHub(PipelineHub):
         if self.hub_parallelism > 1:
             fixed_layout(self.learner, self.hub_parallelism)
         self.rounds = 0
-        self.aggregation = aggregation_of(request.training_configuration, self.learner)
+        self.aggregation = aggregation_of(request.training_configuration, self.learner,
+                                          self.safe_zone_rounds)
         self.diversity_blocks = TRAINING_PARAMETERS["diversityBlocks"].of(
             request.training_configuration)
         # hub 0: the preprocessors' global statistics (merged from every spoke's deltas)
@@ -843,7 +884,8 @@ class ShardedHub(PipelineHub):
 
     def update(self, request) -> None:
         super().update(request)
-        self.aggregation = aggregation_of(self.request.training_configuration, self.learner)
+        self.aggregation = aggregation_of(self.request.training_configuration, self.learner,
+                                          self.safe_zone_rounds)
         if self.aggregation != "momentum":
             self.block_step = None
         self.diversity_blocks = TRAINING_PARAMETERS["diversityBlocks"].of(
