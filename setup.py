@@ -21,7 +21,7 @@ setup(
         "cloudpickle==2.2.1",  # kernels (with promise callbacks) into Flink keyed state; the version pyflink brings
         "torch==2.13.0",  # neural-network learners (the CPU build on disk)
         "river==0.23.0",  # real datasets and the reference learners the tests compare against; 0.23 is the last that fits numpy<2.2
-        "scipy==1.17.1",  # exact binomial tails (the AMS sketch's rows) and the sharding experiment's F test; scikit-learn brings it
+        "scipy==1.17.1",  # exact binomial tails (the AMS sketch's rows), k-means' cluster matching at the hubs, the sharding experiment's F test; scikit-learn brings it
         "scikit-learn==1.9.1",  # bundled real datasets (digits) for multi-class tests and examples
         "jsonschema==4.26.0",  # validation of JSON control requests against the published schema
         "tqdm==4.70.1",  # the demo's in-place progress line

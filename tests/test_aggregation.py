@@ -436,6 +436,32 @@ def test_the_networks_default_rule_learns_as_one_learner_where_averaging_does_no
             assert default < averaged - 0.5 * gap, (protocol, default)
 
 
+@pytest.mark.parametrize("protocol", ["Synchronous", "SSP", "Asynchronous", "EASGD"])
+def test_kmeans_spokes_clusters_are_matched_before_the_hubs_merge_them(protocol):
+    """Spokes seed their k-means clusters on their own first records, so cluster j of one
+    spoke is not cluster j of another; the hub matches them to the global model's
+    (:meth:`learning.learners.kmeans.KMeans.match`) before it merges them. Three blobs
+    far apart: every blob keeps a global center of its own, and the spokes' prequential
+    loss is one learner's. Merged by index, unrelated clusters were pooled into centers
+    between the blobs and the counts kept them there."""
+    from operators.local import LocalNetwork
+
+    rng = np.random.default_rng(5)
+    blobs = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0]])
+    X = blobs[rng.integers(0, 3, 1600)] + rng.normal(scale=0.5, size=(1600, 2))
+    net = LocalNetwork(n_spokes=4, n_hubs=1, seed=2)
+    net.request({"id": 0, "request": "Create", "requestId": "c",
+                 "learner": {"name": "KMeans", "hyperParameters": {"n_clusters": 3}},
+                 "trainingConfiguration": {"protocol": protocol, "miniBatchSize": 8}})
+    net.stream([(True, {"id": i, "features": x.tolist()}) for i, x in enumerate(X)])
+    q = net.query()
+    assert q["fitted"] == 1600
+    centers = net.hubs[0].learner.centers
+    nearest = np.sqrt(((blobs[:, None, :] - centers[None, :, :]) ** 2).sum(-1)).min(axis=1)
+    assert (nearest < 1.0).all(), centers
+    assert q["meanLoss"] < 3 * 2 * 0.25, q["meanLoss"]  # 2 features of variance 0.25
+
+
 def test_an_update_switches_the_rule_of_a_running_pipeline():
     X, y = regression(300, seed=13)
     net = network(create("Synchronous", batch=10, aggregation="average"), 2, 1)

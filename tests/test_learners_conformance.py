@@ -175,6 +175,34 @@ def test_kmeans_vector_pools_cluster_means():
         a.update_hyperparameters(n_clusters=3)
 
 
+def test_kmeans_matches_clusters_to_the_reference_before_a_merge():
+    """KMeans.match: each vector's clusters reordered to the reference's nearest ones as a
+    whole (empty clusters go anywhere); without reference clusters the vector of the most
+    records is the reference; nothing to match, nothing changed."""
+    def vector(rows):  # rows of (count, center)
+        return np.array([[n, *(n * np.asarray(c, dtype=float))] for n, c in rows]).ravel()
+
+    km = KMeans(n_clusters=3)
+    km.grow({"n_clusters": 3, "n_features": 2})
+    ref = vector([(5, [0, 0]), (5, [10, 0]), (5, [0, 10])])
+    spoke = vector([(2, [0.2, 9.8]), (3, [0.1, 0.1]), (4, [9.9, 0.3])])
+    [got] = km.match([spoke], ref)
+    np.testing.assert_allclose(got, vector([(3, [0.1, 0.1]), (4, [9.9, 0.3]), (2, [0.2, 9.8])]))
+    assert np.array_equal(km.match([ref], ref)[0], ref)  # aligned: the identity
+    # an empty cluster on either side: the others still go to their nearest
+    partial = vector([(0, [0, 0]), (2, [0.1, 9.9]), (1, [10.1, 0])])
+    [got] = km.match([partial], ref)
+    np.testing.assert_allclose(got.reshape(3, 3)[1:], [[1, 10.1, 0], [2, 0.2, 19.8]])
+    # no global clusters yet: the heaviest vector (9 records) is the reference
+    light = vector([(1, [10, 0]), (1, [0, 0]), (0, [0, 0])])
+    heavy = vector([(3, [0, 0]), (3, [10, 0]), (3, [0, 10])])
+    got = km.match([light, heavy], np.zeros(9))
+    np.testing.assert_allclose(got[0].reshape(3, 3)[:2], [[1, 0, 0], [1, 10, 0]])
+    assert np.array_equal(got[1], heavy)
+    assert km.match([np.zeros(9)], np.zeros(9))[0].sum() == 0
+    assert KMeans(n_clusters=3).match([np.zeros(0)], np.zeros(0))[0].size == 0
+
+
 def test_kmeans_batch_of_one_is_macqueen():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(50, 2))

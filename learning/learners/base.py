@@ -376,6 +376,14 @@ class Learner(Component, abc.ABC):
         diversityBlocks``, :mod:`learning.protocols.sharding`)."""
         return None
 
+    def match(self, vectors: list[np.ndarray], reference: np.ndarray) -> list[np.ndarray]:
+        """Spokes' parameter vectors (each laid out as :meth:`get_params`, 1-D float64 in
+        this model's layout) with their units reordered to correspond to ``reference``'s
+        (the global model), before a hub folds them into it. The default returns them
+        unchanged: an entry means the same on every spoke. A learner whose units have no
+        fixed place (k-means' clusters) overrides it."""
+        return vectors
+
     def grow(self, layout: dict) -> None:
         """Extend the model so that a vector in ``layout`` projects into it losslessly."""
         if layout != self.layout():

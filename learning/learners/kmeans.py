@@ -62,10 +62,12 @@ class KMeans(Learner):
 
     **The flat vector is additive**: ``[n_0, n_0 c_0, n_1, n_1 c_1, ...]`` (count, then
     count times center), so a protocol summing updates pools each cluster's members exactly
-    and one averaging vectors gets the pooled means. Clusters are matched *by index*: spokes
-    that seeded on different records hold unrelated clusters under the same index until
-    they first synchronize (the first merge mixes them; the counts then dominate). Run
-    k-means with the ``Independent`` protocol, or synchronize early, when that matters.
+    and one averaging vectors gets the pooled means. Spokes that seeded on different records
+    hold unrelated clusters under the same index until they first synchronize, so a hub
+    that holds the whole vector matches every spoke's clusters to the global model's
+    before it merges them (:meth:`match`); a sharded parameter server (``hubParallelism``
+    > 1) and TensAIR's replicas merge them by index (the first merge mixes them, and the
+    counts then keep the mixture).
 
     Parameters
     ----------
@@ -393,6 +395,71 @@ class KMeans(Learner):
             raise ValueError(f"expected a 1-D vector of {size} parameters for layout "
                              f"{layout}, got shape {w.shape}")
         return w.copy() if size else np.zeros_like(self.get_params())
+
+    def match(self, vectors: list[np.ndarray], reference: np.ndarray) -> list[np.ndarray]:
+        """Each vector's clusters reordered to the ``reference``'s they are nearest to, as
+        a whole: the assignment of the ``k`` clusters to the reference's ``k`` with the
+        least sum of squared distances between their centers (the Hungarian method,
+        :func:`scipy.optimize.linear_sum_assignment`), an empty cluster (count 0) costing
+        nothing wherever it goes. When the reference has no cluster (a global model no
+        spoke has pushed to yet) the vector of the most records is the reference. Matching
+        clusters before merging them, as in distributed k-means, after Wang et al.'s
+        matched averaging (ICLR 2020, §2).
+
+        Spokes seed their clusters on their own first records, so before they first
+        synchronize cluster ``j`` of one spoke has nothing to do with cluster ``j`` of
+        another: merged by index, unrelated clusters were pooled into centers between
+        them, which the counts then kept (Waveform, 4 spokes, BSP: a prequential sum of
+        squared distances of 14.42 against 13.00 for independent learners, 12.58
+        centralized). Once a spoke has installed the global model its clusters are the
+        global ones, and the nearest assignment is the identity.
+
+        Parameters
+        ----------
+        vectors : list of (n_clusters * (n_features + 1),) float64
+        reference : (n_clusters * (n_features + 1),) float64, or (0,) while the width is
+            unknown
+
+        Returns
+        -------
+        list of (n_clusters * (n_features + 1),) float64, the same vectors where there is
+        nothing to match (no width yet, a vector without clusters)
+        """
+        from scipy.optimize import linear_sum_assignment
+
+        k = self.n_clusters
+        if not vectors or reference.size == 0 or any(v.size != reference.size
+                                                     for v in vectors):
+            return vectors
+        R = np.asarray(reference, dtype=np.float64).reshape(k, -1)
+        if not (R[:, 0] > 0).any():
+            heaviest = max(vectors, key=lambda v: float(np.maximum(v[::R.shape[1]], 0).sum()))
+            R = heaviest.reshape(k, -1)
+            if not (R[:, 0] > 0).any():
+                return vectors
+
+        def centers(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            live = M[:, 0] > 0
+            C = np.zeros_like(M[:, 1:])
+            C[live] = M[live, 1:] / M[live, :1]
+            return live, C
+
+        ref_live, ref_c = centers(R)
+        out = []
+        for v in vectors:
+            M = np.asarray(v, dtype=np.float64).reshape(k, -1)
+            live, C = centers(M)
+            if not live.any():
+                out.append(v)
+                continue
+            cost = _sq_distances(C, ref_c)
+            cost[~live, :] = 0.0
+            cost[:, ~ref_live] = 0.0
+            rows, cols = linear_sum_assignment(cost)
+            N = np.empty_like(M)
+            N[cols] = M[rows]
+            out.append(N.ravel())
+        return out
 
     # --- JSON ---------------------------------------------------------------------------
 

@@ -109,7 +109,8 @@ class ElasticAveragingHub(StaleDeltaHub, ShardedHub):
         -------
         ``[step shard, layout, preprocessor statistics]``: the spoke subtracts the step.
         """
-        [w_i] = self.align([(shard, layout)])
+        [w_sent] = self.align([(shard, layout)])
+        [w_i] = self.matched([w_sent])  # the spoke's units in the centre's order
         centre = self.shard()
         missed = self.missed_updates(spoke)
         self.note_missed(missed)
@@ -128,7 +129,9 @@ class ElasticAveragingHub(StaleDeltaHub, ShardedHub):
         self.updates += 1
         self.rounds += 1
         self.note_answered(spoke)
-        return self.answer(step)
+        # the spoke subtracts the step from the model it sent: with its units reordered
+        # (k-means' clusters, matched to the centre's) it ends in the centre's order
+        return self.answer(step + (w_sent - w_i))
 
     def global_statistics(self) -> dict:
         out = super().global_statistics()

@@ -1063,6 +1063,13 @@ class ShardedHub(PipelineHub):
             out.append(v)
         return out
 
+    def matched(self, vectors: list[np.ndarray]) -> list[np.ndarray]:
+        """Aligned spokes' vectors (:meth:`align`) with their units reordered to the global
+        model's (:meth:`learning.learners.base.Learner.match`: k-means' clusters), on a
+        hub that holds the whole vector; a shard (``m > 1``) may split a unit and is
+        folded as it is."""
+        return vectors if self.sharded else self.learner.match(vectors, self.shard())
+
     def answer(self, v: np.ndarray, *extra: Any) -> list:
         """What hubs send back: ``[shard, layout, *extra, preprocessor statistics]`` (the
         last item is None but on hub 0 of a pipeline with preprocessor statistics)."""
@@ -1301,7 +1308,7 @@ class AveragingHub(ShardedHub):
         reason, self._void = self._void, None
         if reason is None:
             try:
-                vectors = self.align([self._pushed[i][:2] for i in order])
+                vectors = self.matched(self.align([self._pushed[i][:2] for i in order]))
             except ValueError as exc:
                 reason = f"its pushes cannot be folded: {exc}"
         if reason is not None:

@@ -264,7 +264,7 @@ class StaleSynchronousHub(StaleDeltaHub, ShardedHub):
         """
         # first, before anything changes: a shard of a layout this hub no longer has (a
         # push of the model before an Update reset it) fails the call and leaves no trace
-        [w_i] = self.align([(shard, layout)])
+        [w_i] = self.matched(self.align([(shard, layout)]))
         clock = int(clock)
         if idle:
             self.idle_spokes = self.idle_spokes | {spoke}
