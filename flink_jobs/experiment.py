@@ -213,14 +213,18 @@ def _pa_runs(naive: float, linear: float, sketch: float, basic: float,
     sketch) and EVENFLOW (basic, fast), SSP's ``staleness`` (rounds) and TensAIR's runs
     (:data:`TENSAIR_RUNS`); the FDA and EVENFLOW variants named in ``averaged``, and TAP
     where it names ``"Asynchronous"``, run under the ``average`` rule instead of PA's
-    default ``sum``, those named in ``diverse`` under ``diversity`` and those named in
-    ``momentum`` under ``momentum``."""
+    default ``sum``, those named in ``diverse`` under ``diversity``, those named in
+    ``momentum`` under ``momentum``, and the other FDA and EVENFLOW variants under ``sum``,
+    as they were tuned (their default is ``diversity`` since 2026-12-06:
+    :data:`learning.protocols.sharding.SAFE_ZONE_AGGREGATION`)."""
     def rule(name: str) -> dict:
         if name in momentum:
             return {"aggregation": "momentum"}
         if name in diverse:
             return {"aggregation": "diversity"}
-        return {"aggregation": "average"} if name in averaged else {}
+        if name in averaged:
+            return {"aggregation": "average"}
+        return {} if name == "Asynchronous" else {"aggregation": "sum"}
 
     return [
         ("Independent", None, {}),

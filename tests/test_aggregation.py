@@ -375,13 +375,13 @@ NETWORK_DEFAULTS = [("Synchronous", None, "sum"), ("SSP", None, "sum"),
 @pytest.mark.parametrize("learner", ["MLP", "MLPRegressor", "PA", "SVM"])
 def test_the_default_rule_depends_on_the_learner_and_how_long_rounds_last(protocol, variant,
                                                                           rule, learner):
-    """The networks sum where a synchronization follows a fixed number of mini-batches and
-    fold by ``diversity`` where rounds last as long as the spokes stay in their safe zone
-    (FDA, EVENFLOW); PA sums and the SVM averages under every protocol. Spokes, hubs and
-    the Query agree on the rule that runs."""
+    """PA and the networks sum where a synchronization follows a fixed number of
+    mini-batches and fold by ``diversity`` where rounds last as long as the spokes stay in
+    their safe zone (FDA, EVENFLOW); the SVM averages under every protocol. Spokes, hubs
+    and the Query agree on the rule that runs."""
     from operators.local import LocalNetwork
 
-    expected = {"PA": "sum", "SVM": "average"}.get(learner, rule)
+    expected = "average" if learner == "SVM" else rule
     cfg = {"protocol": protocol, "miniBatchSize": 4}
     if variant:
         cfg.update(variant=variant, threshold=0.5)
@@ -408,7 +408,7 @@ def test_the_networks_default_rule_learns_as_one_learner_where_averaging_does_no
     makes one step per k mini-batches and lands where independent learners do; the default
     (the sum under BSP and TAP) comes most of the way to one learner on the whole stream
     (``diversity`` under EVENFLOW, whose long rounds a sum would overshoot: a little) (prequential MAE, in process, 4 spokes, 3,000 records;
-    docs/quality.md, "The networks' default rule")."""
+    docs/quality.md, "The default rules")."""
     from flink_jobs.experiment import load_friedman
     from flink_jobs.local_run import stream_local
 

@@ -818,13 +818,15 @@ def test_fda_waiting_on_increments_keeps_accuracy_when_messages_lag():
     """The feedback loop's latency, simulated in process (messages delivered every 500
     records, about what the Flink job's loop takes at its rate here): with one-way
     increments every spoke trains on past the violation and rounds end late (under PA's
-    sum rule long rounds overshoot); waiting on them keeps the accuracy of instant
-    delivery. First 20,000 RandomRBF records, 4 spokes, FDA naive Θ 0.02 (measured:
-    0.7726 instant, 0.7729 waiting, 0.7395 one-way)."""
+    sum rule long rounds overshoot; PA sums when the request says so, its default under FDA
+    being ``diversity``); waiting on them keeps the accuracy of instant delivery. First
+    20,000 RandomRBF records, 4 spokes, FDA naive Θ 0.02 (measured: 0.7726 instant, 0.7729
+    waiting, 0.7395 one-way)."""
     from flink_jobs.experiment import run_local
 
     def acc(lag: int, wait: bool) -> tuple[float, int]:
-        r = run_local("rbf", "FDA", "naive", {"threshold": 0.02, "waitOnIncrement": wait},
+        r = run_local("rbf", "FDA", "naive", {"threshold": 0.02, "waitOnIncrement": wait,
+                                              "aggregation": "sum"},
                       spokes=4, lag=lag, limit=20000)
         return r["prequential_accuracy"], r["rounds"]
 

@@ -168,7 +168,8 @@ from middleware import BroadcastPromise, Promise, remote
 __all__ = ["shard_bounds", "weighted_average", "diversity_scale", "class_diversity_scales",
            "fixed_layout",
            "ShardedSpoke", "ShardedHub", "AveragingHub", "REPORT_METHOD", "AGGREGATIONS",
-           "DEFAULT_AGGREGATION", "SAFE_ZONE_AGGREGATION", "aggregation_of", "ADDS_DELTAS", "REPLAY_LIMIT"]
+           "DEFAULT_AGGREGATION", "SAFE_ZONE_AGGREGATION", "aggregation_of", "ADDS_DELTAS",
+           "REPLAY_LIMIT"]
 
 log = logging.getLogger(__name__)
 
@@ -212,29 +213,33 @@ REPLAY_LIMIT = 4096
 DEFAULT_AGGREGATION: dict[str, str] = {"PAClassifier": "sum", "MLP": "sum", "CNN": "sum",
                                        "MLPRegressor": "sum"}
 
-#: learner class name → its default under the protocols whose rounds last as long as the
-#: spokes stay in their safe zone (FDA, EVENFLOW: :attr:`ShardedSpoke.safe_zone_rounds`),
-#: where it is not :data:`DEFAULT_AGGREGATION`'s. A spoke that fitted many mini-batches
-#: has corrected what the others corrected too, and adding the k deltas overshoots: the
-#: regression experiment's MLPRegressor (Adam 0.01) under EVENFLOW with T = 1 came to a
-#: held-out MSE of 126 summed against 6.7 averaged, and the MLP on Waveform at its
-#: defaults (threshold 0.05, seeds 0–1) to 0.783–0.819 summed, below independent learners
-#: (0.813), against 0.818–0.829 averaged. ``diversity`` adds the deltas where they differ
-#: and averages them where they agree, and does not overshoot: 0.820–0.829 there, on
-#: digits 0.900–0.913 against 0.889–0.902 averaged, the MLPRegressor on Friedman #1
-#: 6.34–6.77 against 6.76–7.16. Where rounds stay short the sum does better still (digits
-#: 0.901–0.928, Friedman #1 3.96–4.52 at that threshold): a user who keeps the threshold
-#: small may name it (``benchmarks/aggregation_rules.py``; docs/quality.md, "The networks'
-#: default rule").
-SAFE_ZONE_AGGREGATION: dict[str, str] = {"MLP": "diversity", "CNN": "diversity",
-                                         "MLPRegressor": "diversity"}
+#: a default rule → the rule that replaces it under the protocols whose rounds last as long
+#: as the spokes stay in their safe zone (FDA, EVENFLOW:
+#: :attr:`ShardedSpoke.safe_zone_rounds`): a learner that sums by default folds by
+#: ``diversity`` there. A spoke that fitted many
+#: mini-batches has corrected what the others corrected too, and adding the k deltas
+#: overshoots; ``diversity`` adds them where they differ and averages them where they
+#: agree. PA-I (C = 0.01), FDA naive, linear, sketch and EVENFLOW basic, fast at Θ 0.02 and
+#: 0.08 on RandomRBF, Waveform, LED, Hyperplane and digits, messages every 500 records as
+#: the Flink loop delivers them (``benchmarks/tune_thresholds.py --grid 0.08,0.02
+#: --aggregation sum|diversity|average``, seed 0; 50 runs per rule): ``diversity`` was
+#: the best of the three in 31, at most 0.004 behind the best (0.0006 on average), the sum
+#: up to 0.082 (RandomRBF, FDA sketch at 0.08; 0.0165 on average), the average up to
+#: 0.019 (RandomRBF, EVENFLOW basic at 0.02). The networks at their defaults (threshold
+#: 0.05, seeds 0–1; ``benchmarks/aggregation_rules.py``): the MLP on digits 0.900–0.913
+#: against 0.889–0.902 averaged, 0.901–0.928 summed; on Waveform 0.820–0.829 against
+#: 0.818–0.829 and 0.783–0.819 (independent learners 0.813); the MLPRegressor on Friedman
+#: #1 6.34–6.77 against 6.76–7.16 and 3.96–4.52; with long rounds (T = 1, 4–10 of them)
+#: summed it diverged (held-out MSE 13–114) where ``diversity`` stayed at the average's
+#: 7–9 (docs/quality.md, "The default rules").
+SAFE_ZONE_AGGREGATION: dict[str, str] = {"sum": "diversity"}
 
 
 def aggregation_of(cfg: dict, learner: Any, safe_zone_rounds: bool = False) -> str:
-    """``trainingConfiguration.aggregation``, or the learner's default: under a protocol
-    whose rounds end when a spoke leaves its safe zone (``safe_zone_rounds``: FDA,
-    EVENFLOW) :data:`SAFE_ZONE_AGGREGATION`'s where it names the learner, else
-    :data:`DEFAULT_AGGREGATION`'s, else ``average``.
+    """``trainingConfiguration.aggregation``, or the learner's default:
+    :data:`DEFAULT_AGGREGATION`'s, else ``average``; under a protocol whose rounds end when
+    a spoke leaves its safe zone (``safe_zone_rounds``: FDA, EVENFLOW) replaced as
+    :data:`SAFE_ZONE_AGGREGATION` says (``sum`` → ``diversity``).
 
     Raises
     ------
@@ -244,10 +249,8 @@ def aggregation_of(cfg: dict, learner: Any, safe_zone_rounds: bool = False) -> s
     """
     rule = cfg.get("aggregation")
     if rule is None:
-        name = type(learner).__name__
-        if safe_zone_rounds and name in SAFE_ZONE_AGGREGATION:
-            return SAFE_ZONE_AGGREGATION[name]
-        return DEFAULT_AGGREGATION.get(name, "average")
+        rule = DEFAULT_AGGREGATION.get(type(learner).__name__, "average")
+        return SAFE_ZONE_AGGREGATION.get(rule, rule) if safe_zone_rounds else rule
     return TRAINING_PARAMETERS["aggregation"].validate(rule)
 
 
