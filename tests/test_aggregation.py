@@ -405,10 +405,11 @@ def test_the_default_rule_depends_on_the_learner_and_how_long_rounds_last(protoc
 def test_the_networks_default_rule_learns_as_one_learner_where_averaging_does_not():
     """An MLP regressor at its defaults (Adam, step 0.005) on river's Friedman #1: an Adam
     step has about the same size whatever the gradient's, so averaging the k spokes' steps
-    makes one step per k mini-batches and lands where independent learners do; the default
-    (the sum under BSP and TAP) comes most of the way to one learner on the whole stream
-    (``diversity`` under EVENFLOW, whose long rounds a sum would overshoot: a little) (prequential MAE, in process, 4 spokes, 3,000 records;
-    docs/quality.md, "The default rules")."""
+    makes one step per k mini-batches and lands where independent learners do; the default,
+    the sum under BSP and TAP, comes most of the way to one learner on the whole stream,
+    and ``diversity`` under EVENFLOW, whose long rounds a sum would overshoot, a little
+    (prequential MAE, in process, 4 spokes, 3,000 records; docs/quality.md, "The default
+    rules")."""
     from flink_jobs.experiment import load_friedman
     from flink_jobs.local_run import stream_local
 

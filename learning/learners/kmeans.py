@@ -404,7 +404,7 @@ class KMeans(Learner):
         nothing wherever it goes. When the reference has no cluster (a global model no
         spoke has pushed to yet) the vector of the most records is the reference. Matching
         clusters before merging them, as in distributed k-means, after Wang et al.'s
-        matched averaging (ICLR 2020, §2).
+        matched averaging (Federated learning with matched averaging, ICLR 2020).
 
         Spokes seed their clusters on their own first records, so before they first
         synchronize cluster ``j`` of one spoke has nothing to do with cluster ``j`` of

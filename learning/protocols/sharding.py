@@ -95,9 +95,10 @@ with ``sum`` ends at ``w̃ + Σ_i (w_i − w̃)`` (``diversity``: ``w̃ + β Σ_
 Asynchronous pushes (TAP, SSP) and elastic exchanges (EASGD, Adaptive) arrive at any time,
 so the hub remembers, per spoke, the global shard it last answered that spoke with (what
 the spoke installed, to which it added what it learned since) and adds ``w_i − base_i``.
-The default depends on the learner (:data:`DEFAULT_AGGREGATION`), chosen by measurement
-(see the README's learning-quality table); a Query's ``protocol.aggregation`` says which
-rule runs.
+The default depends on the learner (:data:`DEFAULT_AGGREGATION`) and, for a learner that
+sums, on the protocol (FDA and EVENFLOW: ``diversity``, :data:`SAFE_ZONE_AGGREGATION`),
+chosen by measurement (see the README's learning-quality table); a Query's
+``protocol.aggregation`` says which rule runs.
 
 Replay. A spoke that pushes alone (SSP, TAP, EASGD, Adaptive) trains on while its push is
 in flight, and the answer brings a global model that the mini-batches fitted meanwhile
@@ -216,10 +217,9 @@ DEFAULT_AGGREGATION: dict[str, str] = {"PAClassifier": "sum", "MLP": "sum", "CNN
 #: a default rule → the rule that replaces it under the protocols whose rounds last as long
 #: as the spokes stay in their safe zone (FDA, EVENFLOW:
 #: :attr:`ShardedSpoke.safe_zone_rounds`): a learner that sums by default folds by
-#: ``diversity`` there. A spoke that fitted many
-#: mini-batches has corrected what the others corrected too, and adding the k deltas
-#: overshoots; ``diversity`` adds them where they differ and averages them where they
-#: agree. PA-I (C = 0.01), FDA naive, linear, sketch and EVENFLOW basic, fast at Θ 0.02 and
+#: ``diversity`` there. A spoke that fitted many mini-batches has corrected what the others
+#: corrected too, and adding the k deltas overshoots; ``diversity`` adds them where they
+#: differ and averages them where they agree. PA-I (C = 0.01), FDA naive, linear, sketch and EVENFLOW basic, fast at Θ 0.02 and
 #: 0.08 on RandomRBF, Waveform, LED, Hyperplane and digits, messages every 500 records as
 #: the Flink loop delivers them (``benchmarks/tune_thresholds.py --grid 0.08,0.02
 #: --aggregation sum|diversity|average``, seed 0; 50 runs per rule): ``diversity`` was
