@@ -168,6 +168,9 @@ class Learner(Component, abc.ABC):
 
     supervised: ClassVar[bool] = True
     averageable: ClassVar[bool] = True
+    #: whether :meth:`match` reorders anything (a hub skips the call, and the copy of the
+    #: global model it takes, for a learner whose entries mean the same on every spoke)
+    matches_units: ClassVar[bool] = False
     task: ClassVar[str] = "classification"
     has_proba: ClassVar[bool] = False
     #: True for learners whose native bindings cannot run in a Python interpreter embedded
@@ -381,7 +384,7 @@ class Learner(Component, abc.ABC):
         this model's layout) with their units reordered to correspond to ``reference``'s
         (the global model), before a hub folds them into it. The default returns them
         unchanged: an entry means the same on every spoke. A learner whose units have no
-        fixed place (k-means' clusters) overrides it."""
+        fixed place (k-means' clusters) overrides it and sets :attr:`matches_units`."""
         return vectors
 
     def grow(self, layout: dict) -> None:

@@ -33,6 +33,16 @@ def _check_int(name: str, value: Any, low: int) -> int:
     return value
 
 
+def _counts_centers(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(counts, centers)`` of the flat vector's rows ``M: (k, 1 + d)`` (``[n_j, n_j c_j]``):
+    counts below 0 read as 0, and the center of an empty cluster is zeros."""
+    counts = np.maximum(M[:, 0], 0.0)
+    centers = np.zeros_like(M[:, 1:])
+    live = counts > 0
+    centers[live] = M[live, 1:] / counts[live, None]
+    return counts, centers
+
+
 def _sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     """``(n, k)`` squared Euclidean distances, never negative."""
     D = (X * X).sum(axis=1)[:, None] - 2.0 * (X @ C.T) + (C * C).sum(axis=1)[None, :]
@@ -108,6 +118,7 @@ class KMeans(Learner):
 
     supervised: ClassVar[bool] = False
     task: ClassVar[str] = "clustering"
+    matches_units: ClassVar[bool] = True
 
     HYPERPARAMETERS = (
         Hyperparameter("n_clusters", int, 8, "k, the number of centers; fixed for the life "
@@ -354,12 +365,7 @@ class KMeans(Learner):
                              f"clusters x ({self.n_features} features + 1)), got {w.shape}")
         if not size:
             return
-        M = w.reshape(self.n_clusters, -1)
-        counts = np.maximum(M[:, 0], 0.0)
-        centers = np.zeros_like(M[:, 1:])
-        live = counts > 0
-        centers[live] = M[live, 1:] / counts[live, None]
-        self.counts, self.centers = counts, centers
+        self.counts, self.centers = _counts_centers(w.reshape(self.n_clusters, -1))
 
     def layout(self) -> dict:
         """``{"n_clusters": k, "n_features": d or None}``."""
@@ -431,30 +437,23 @@ class KMeans(Learner):
         if not vectors or reference.size == 0 or any(v.size != reference.size
                                                      for v in vectors):
             return vectors
-        R = np.asarray(reference, dtype=np.float64).reshape(k, -1)
-        if not (R[:, 0] > 0).any():
-            heaviest = max(vectors, key=lambda v: float(np.maximum(v[::R.shape[1]], 0).sum()))
-            R = heaviest.reshape(k, -1)
-            if not (R[:, 0] > 0).any():
+        ref_n, ref_c = _counts_centers(np.asarray(reference, dtype=np.float64).reshape(k, -1))
+        if not ref_n.any():
+            heaviest = max(vectors,
+                           key=lambda v: float(_counts_centers(v.reshape(k, -1))[0].sum()))
+            ref_n, ref_c = _counts_centers(heaviest.reshape(k, -1))
+            if not ref_n.any():
                 return vectors
-
-        def centers(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            live = M[:, 0] > 0
-            C = np.zeros_like(M[:, 1:])
-            C[live] = M[live, 1:] / M[live, :1]
-            return live, C
-
-        ref_live, ref_c = centers(R)
         out = []
         for v in vectors:
             M = np.asarray(v, dtype=np.float64).reshape(k, -1)
-            live, C = centers(M)
-            if not live.any():
+            n, C = _counts_centers(M)
+            if not n.any():
                 out.append(v)
                 continue
             cost = _sq_distances(C, ref_c)
-            cost[~live, :] = 0.0
-            cost[:, ~ref_live] = 0.0
+            cost[n <= 0, :] = 0.0
+            cost[:, ref_n <= 0] = 0.0
             rows, cols = linear_sum_assignment(cost)
             N = np.empty_like(M)
             N[cols] = M[rows]

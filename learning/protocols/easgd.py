@@ -131,7 +131,7 @@ class ElasticAveragingHub(StaleDeltaHub, ShardedHub):
         self.note_answered(spoke)
         # the spoke subtracts the step from the model it sent: with its units reordered
         # (k-means' clusters, matched to the centre's) it ends in the centre's order
-        return self.answer(step + (w_sent - w_i))
+        return self.answer(step if w_i is w_sent else step + (w_sent - w_i))
 
     def global_statistics(self) -> dict:
         out = super().global_statistics()

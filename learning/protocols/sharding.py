@@ -1070,8 +1070,10 @@ class ShardedHub(PipelineHub):
         """Aligned spokes' vectors (:meth:`align`) with their units reordered to the global
         model's (:meth:`learning.learners.base.Learner.match`: k-means' clusters), on a
         hub that holds the whole vector; a shard (``m > 1``) may split a unit and is
-        folded as it is."""
-        return vectors if self.sharded else self.learner.match(vectors, self.shard())
+        folded as it is, and a learner whose entries have fixed places as they are."""
+        if self.sharded or not self.learner.matches_units:
+            return vectors
+        return self.learner.match(vectors, self.shard())
 
     def answer(self, v: np.ndarray, *extra: Any) -> list:
         """What hubs send back: ``[shard, layout, *extra, preprocessor statistics]`` (the
