@@ -49,6 +49,8 @@ REASONS = {
     "unseen_class": "a label outside the classes declared at Create",
     "too_many_classes": "a label of a new class past trainingConfiguration.maxClasses (classes "
                         "not declared)",
+    "model_too_large": "a record whose width (layout not declared) or new class would make "
+                       "the model larger than the service's max_model_params",
     "not_agreed": "the record disagrees with the layout the spokes agreed on",
     "fit_failed": "the learner refused the mini-batch",
     "predict_failed": "the learner could not predict the record",

@@ -79,6 +79,10 @@ class NetworkContext(Protocol):
     prediction_scores : bool
         Whether predictions carry class probabilities (``JobConfig.prediction_scores``);
         False on hubs, which predict nothing.
+    max_model_params : int or None
+        The largest model the service builds (parameters; ``JobConfig.max_model_params``):
+        spokes refuse records that would grow one past it (a width while the layout is
+        agreed from the stream, a new class). None: no limit (hubs; old snapshots).
     subtask : int or None
         The Flink subtask hosting the node; None where its host does not say (the
         in-process kernel's spokes).
@@ -98,6 +102,7 @@ class NetworkContext(Protocol):
     pauses: int
     backlog: Any
     max_request_bytes: int | None
+    max_model_params: int | None
     prediction_scores: bool
     subtask: int | None
     reraise: bool

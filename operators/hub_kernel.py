@@ -44,6 +44,7 @@ class HubContext:
     backlog = _NO_BACKLOG
     prediction_scores = False  # hubs predict nothing
     max_request_bytes: int | None = None  # a snapshot's from before it was kept: no limit
+    max_model_params: int | None = None  # hubs take no records: nothing to refuse
 
     def __init__(self, op: "HubKernel", network: int, index: int, n_hubs: int) -> None:
         self._op = op

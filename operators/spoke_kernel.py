@@ -68,6 +68,7 @@ class SpokeContext:
     paused_at: float | None = None
     prediction_scores = False
     max_request_bytes: int | None = None
+    max_model_params: int | None = None
 
     def __init__(self, op: "SpokeKernel", network: int, n_hubs: int) -> None:
         self._op = op
@@ -79,6 +80,7 @@ class SpokeContext:
         self.max_response_params = op.limits["max_response_params"]
         self.prediction_scores = op.limits["prediction_scores"]
         self.max_request_bytes = op.limits["max_request_bytes"]
+        self.max_model_params = op.limits["max_model_params"]  # records that grow a model
         self.pauses = 0  # calls this pipeline's stream waits on (then_sync)
         self.paused_at: float | None = None  # time.time() when the stream last paused
         # what this pipeline got while it was paused, in order: (training?, the Kafka

@@ -314,6 +314,39 @@ def test_a_classifier_learns_at_most_max_classes_from_a_spokes_stream():
     assert w.query()["fitted"] == 10
 
 
+def test_records_that_would_grow_a_model_past_max_model_params_are_refused():
+    """A Create's declared layout is sized when it is parsed; a layout agreed from the
+    stream, or classes learned from it, were not: one wide record made a model of any
+    size (a Ridge of 10,000 features: 50 million numbers on every node). Now a record
+    whose width, or a label whose new class, would take the model past the service's
+    ``max_model_params`` is refused (``model_too_large``, counted, dead-lettered with
+    the size and the limit), and the records that fit go on: a minority of wide records
+    never fixes the layout, and known classes keep learning."""
+    w = DeadWire(limits={"max_model_params": 1000})
+    w.request(create())
+    for i in range(30):  # 1,500 features: a PA model of 1,501 parameters per class
+        w.data(i % 2, "T", {"id": i, "features": [0.5] * 1500, "label": 0})
+    for i in range(40):
+        w.data(i % 2, "T", good(100 + i))
+    w.pump()
+    q = w.query()
+    assert q["layout"]["nFeatures"] == 2 and q["fitted"] == 40
+    assert q["rejectedBy"] == {"model_too_large": 30}
+    assert "1,501 parameters" in w.dead[0]["reason"] and "1,000" in w.dead[0]["reason"]
+    # classes: 3 features × 250 classes fit in 1,000 parameters, the 251st does not
+    w = DeadWire(limits={"max_model_params": 1000})
+    w.request(create(n_features=3))
+    for i in range(300):
+        w.data(0, "T", {"id": i, "features": [1.0, 0.5, float(i)], "label": i})
+    for i in range(20):  # known classes go on
+        w.data(0, "T", {"id": 1000 + i, "features": [1.0, 0.5, 2.0], "label": i})
+    w.pump()
+    q = w.query()
+    assert len(q["model"]["layout"]["classes"]) == 250
+    assert q["rejectedBy"] == {"model_too_large": 50} and q["fitted"] == 270
+    assert "251 in all" in w.dead[-1]["reason"]
+
+
 def test_declared_classes_of_several_types_refuse_every_other_label():
     """Labels are typed (JSON ``1``, ``1.0`` and ``true`` are three classes). With declared
     classes of several types the layout has no one label type, and the classes alone

@@ -448,3 +448,4 @@ def test_both_contexts_implement_every_member_the_network_context_declares():
         (False, 3, None, None)
     assert spoke.prediction_scores is True and spoke.paused_for() is None
     assert spoke.max_request_bytes == hub.max_request_bytes == 1_000_000
+    assert (spoke.max_model_params, hub.max_model_params) == (10_000_000, None)

@@ -286,7 +286,46 @@ class PipelineSpoke(ModelWidth, Node):
                 f"a label of a new class ({label!r:.80}) past the {self.max_classes} classes "
                 f"this spoke's stream brought (trainingConfiguration.maxClasses): declare "
                 f"learner.parameters.classes, or raise maxClasses", "too_many_classes")
+        if self.ctx.max_model_params is not None:
+            known = getattr(self.pipeline.learner, "classes", None) or ()
+            if label not in known:  # the model grows by a class (a row, an output)
+                self._check_size(self.layout.n_features, max(len(seen), len(known)) + 1)
         seen.add(label)
+
+    def _check_size(self, width: int, n_classes: int | None) -> None:
+        """Refuse a record that would make this pipeline's model larger than the
+        service's ``max_model_params`` (``ctx.max_model_params``; a Create's declared
+        layout is checked when it is parsed, :func:`learning.registry.check_model_size`):
+        records of ``width`` features while the layout is agreed from the stream (a
+        Ridge model of 10,000 features holds 50 million numbers), or a new class that
+        takes a classifier to ``n_classes`` (None: the declared classes, or none yet).
+        The model is sized by :meth:`learning.learners.base.Learner.declared_size` at
+        its width through the preprocessors (:func:`learning.registry.model_width`).
+
+        Raises
+        ------
+        RecordRejected
+            ``model_too_large``, naming the size and the limit.
+        """
+        limit = self.ctx.max_model_params
+        if limit is None:
+            return
+        try:  # not remembered per width (model_width): any width may come while pending
+            model_width = _model_width(self.request.pre_processors, width)
+        except RequestError:
+            return  # a preprocessor that cannot take the width: refused where it is used
+        classes = self.layout.classes if n_classes is None else range(n_classes)
+        learner = self.pipeline.learner
+        size = type(learner).declared_size(learner.hyperparameters(),
+                                           {"n_features": model_width, "classes": classes})
+        if size > limit:
+            what = (f"records of {width} features" if n_classes is None else
+                    f"a new class ({n_classes} in all) at {width} features")
+            raise RecordRejected(
+                f"{what} would make a {type(learner).__name__} of {size:,} parameters, "
+                f"above the service's max_model_params = {limit:,}: select features "
+                f"(preProcessors FeatureSelector) or declare learner.parameters",
+                "model_too_large")
 
     def attach(self, ctx) -> None:
         """As :meth:`Node.attach`; then the mini-batch and the learner's step are scaled to
@@ -337,6 +376,7 @@ class PipelineSpoke(ModelWidth, Node):
         try:
             width, kind = inspect_record(features, label, train and self._supervised)
             if layout.pending:
+                self._check_size(width, None)  # held records are few
                 self._hold(train, rec, width, kind)
                 return
             if width != layout.n_features or (kind is not None and (
