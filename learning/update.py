@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from learning.errors import HyperparameterError, RequestError
 from learning.hyperparameters import typed
 from learning.pipeline import Pipeline
-from learning.protocols.parameters import TRAINING_PARAMETERS, validate_training_configuration
+from learning.protocols.parameters import (TRAINING_PARAMETERS, declared,
+                                           validate_training_configuration)
 from learning.scaling import check_scaling
 
 if TYPE_CHECKING:  # a type only: learning.requests imports the protocols, which import this
@@ -60,6 +61,18 @@ def _changes(current: Request, update: Request, pipeline: Pipeline) -> list[tupl
     return out
 
 
+def _own_keys(config: dict) -> dict:
+    """A pipeline's ``trainingConfiguration`` without the keys its protocol does not
+    declare: a pipeline created before another protocol's keys were refused (restored
+    from a snapshot or savepoint) may hold some, which it ignored, and the merged
+    configuration an Update is checked as would then be refused for them whatever the
+    Update says. An unknown protocol keeps everything (its own check refuses it)."""
+    own = declared().get(config.get("protocol"))
+    if own is None:
+        return config
+    return {k: v for k, v in config.items() if k in TRAINING_PARAMETERS or k in own}
+
+
 def apply_update(current: Request, update: Request, pipeline: Pipeline) -> Request:
     """Validate and apply ``update`` to ``pipeline``; returns the pipeline's new definition.
 
@@ -97,7 +110,7 @@ def apply_update(current: Request, update: Request, pipeline: Pipeline) -> Reque
                                update.request_id) from None
         if component is pipeline.learner:
             would_be = clone
-    config = {**current.training_configuration, **update.training_configuration}
+    config = {**_own_keys(current.training_configuration), **update.training_configuration}
     try:  # the running configuration as it would be, checked whole: all or nothing
         validate_training_configuration(config, create=True)
         check_scaling(would_be, TRAINING_PARAMETERS["scaling"].of(config),

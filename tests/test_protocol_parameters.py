@@ -160,6 +160,26 @@ def test_another_protocols_key_is_refused_not_kept_and_ignored(doc, field, messa
     assert "staleness" not in net.query()["trainingConfiguration"]
 
 
+def test_an_update_of_a_pipeline_that_kept_another_protocols_key_drops_the_key():
+    """Pipelines created before another protocol's keys were refused kept them (ignored):
+    restored from a snapshot, every later Update was refused, naming a key the Update did
+    not hold, since the merged configuration is checked whole. The Update now drops them
+    and applies."""
+    from dataclasses import replace
+
+    from learning.registry import make_pipeline
+    from learning.update import apply_update
+
+    current = parse_request(create("Synchronous", miniBatchSize=8))
+    old = replace(current, training_configuration={**current.training_configuration,
+                                                   "threshold": 0.1, "staleness": 2})
+    update = parse_request({"id": 1, "request": "Update",
+                            "trainingConfiguration": {"miniBatchSize": 16}})
+    new = apply_update(old, update, make_pipeline(old.pre_processors, old.learner))
+    assert new.training_configuration == {**current.training_configuration,
+                                          "miniBatchSize": 16}
+
+
 @pytest.mark.parametrize("doc,field", [
     (create("FDA"), "threshold"),                                   # required
     (create("EVENFLOW", variant="basic"), "threshold"),
