@@ -526,6 +526,64 @@ def test_every_spoke_scales_like_one_scaler_over_the_whole_stream_after_a_round(
     np.testing.assert_allclose(stats["mean"], one.mean, rtol=1e-9)
 
 
+@pytest.mark.parametrize("share", [0.0, None])
+def test_tensair_replicas_share_their_preprocessor_statistics(share, monkeypatch):
+    """TensAIR has no hub to merge statistics at: a replica sends what its preprocessors
+    learned from its own records with its updates, and every other replica merges it
+    exactly. With statistics on every message (share 0) every replica scales like one
+    StandardScaler over the whole stream; at the default share (statistics once its new
+    records are a quarter of what it holds) each holds its own records and all but less
+    than a quarter of each other replica's. Before, each replica scaled by its own share
+    alone (spoke 0: only the records with a large first feature)."""
+    from learning.protocols import tensair
+
+    if share is not None:
+        monkeypatch.setattr(tensair, "STATISTICS_SHARE", share)
+    k = 3
+    rng = np.random.default_rng(14)
+    X = rng.normal(size=(900, 5)) * [1, 10, 100, 1, 1] + [0, 5, -50, 3, 0]
+    y = X @ rng.normal(size=5)
+    spoke_of = (lambda i: 0 if X[i, 0] > 0.5 else 1 + i % 2)
+    net = network(create("TensAIR", batch=10, pre=[{"name": "StandardScaler"}]), k, 1)
+    stream(net, X, y, spoke_of=spoke_of)
+    assert net.query()["fitted"] == len(X)
+    one = StandardScaler()
+    one.learn_transform(X)
+    probe = rng.normal(size=(7, 5)) * 20
+    own = [sum(spoke_of(i) == j for i in range(len(X))) for j in range(k)]
+    for j, s in enumerate(net.spokes):
+        scaler = s.pipeline.preprocessors[0]
+        assert s.protocol_errors == 0 and s.statistics_dropped == 0
+        if share == 0:
+            assert scaler.n == len(X)
+            np.testing.assert_allclose(scaler.transform(probe), one.transform(probe),
+                                       rtol=1e-9, atol=1e-9)
+        else:
+            others = [own[i] for i in range(k) if i != j]
+            assert scaler.n > own[j] + 0.75 * sum(others), (j, scaler.n, own)
+
+
+def test_tensair_replicas_match_k_means_clusters_before_adding_an_update():
+    """Replicas seed their k-means clusters on their own records, so cluster j of one is
+    not cluster j of another; an update's clusters (the means of the records the sender
+    assigned) are matched to the receiver's before they are added. Three blobs far apart,
+    200 records on every replica before the first updates arrive: every replica keeps a
+    center on each blob. Added by index, the first updates pooled unrelated clusters
+    (a center between two blobs), and the counts kept them there."""
+    rng = np.random.default_rng(5)
+    blobs = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0]])
+    X = blobs[rng.integers(0, 3, 1600)] + rng.normal(scale=0.5, size=(1600, 2))
+    req = create("TensAIR", batch=8, learner={"name": "KMeans",
+                                              "hyperParameters": {"n_clusters": 3}})
+    net = network(req, 4, 1)
+    stream(net, X, np.zeros(len(X)), every=800)  # 200 records a replica before any update
+    assert net.query()["fitted"] == 1600
+    for s in net.spokes:
+        centers = s.pipeline.learner.centers
+        nearest = np.sqrt(((blobs[:, None, :] - centers[None, :, :]) ** 2).sum(-1)).min(axis=1)
+        assert (nearest < 1.0).all(), centers
+
+
 def test_independent_learners_keep_their_own_statistics():
     X, y = regression(300, seed=15)
     net = network(create("Independent", batch=10, pre=[{"name": "StandardScaler"}]), 2, 1)

@@ -75,9 +75,11 @@ class KMeans(Learner):
     and one averaging vectors gets the pooled means. Spokes that seeded on different records
     hold unrelated clusters under the same index until they first synchronize, so a hub
     that holds the whole vector matches every spoke's clusters to the global model's
-    before it merges them (:meth:`match`); a sharded parameter server (``hubParallelism``
-    > 1) and TensAIR's replicas merge them by index (the first merge mixes them, and the
-    counts then keep the mixture).
+    before it merges them (:meth:`match`), and a TensAIR replica matches the clusters of
+    a peer's update to its own before it adds it (the update's rows are the counts and
+    sums of the records the peer assigned, so their means are where its clusters were);
+    a sharded parameter server (``hubParallelism`` > 1) merges them by index (the first
+    merge mixes them, and the counts then keep the mixture).
 
     Parameters
     ----------
