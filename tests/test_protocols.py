@@ -991,3 +991,30 @@ def test_every_key_of_a_query_is_described_in_the_response_schema():
                 missing.setdefault((place, key), set()).add(f"{protocol}{extra or ''}")
     assert not missing, "keys of a Query response the schema does not describe: " + "; ".join(
         f"{place} {key} ({', '.join(sorted(runs_))})" for (place, key), runs_ in sorted(missing.items()))
+
+
+@pytest.mark.parametrize("protocol,variant", [("FDA", "naive"), ("FDA", "linear"),
+                                              ("EVENFLOW", "basic"), ("EVENFLOW", "fast")])
+def test_a_threshold_too_small_for_the_model_is_named_in_the_query(protocol, variant):
+    """FDA's and EVENFLOW's thresholds are in the model's units: at 0.05 a PARegressor on
+    Friedman #1 leaves its safe zone at every mini-batch of any spoke, so the pipeline
+    synchronizes more often than BSP and pays for the monitoring too, and nothing said so.
+    The Query's ``protocol`` says how many mini-batches of each spoke a round lasts and
+    warns, naming the threshold (FDA also the variance its polls saw); at a threshold the
+    model's drift fits in, rounds are long and nothing is said."""
+    from flink_jobs.experiment import load_friedman
+    from flink_jobs.local_run import stream_local
+
+    X, y, _, _ = load_friedman(2000, 0.0)
+    answers = {}
+    for threshold in (0.05, 50.0):
+        req = {"id": 1, "request": "Create", "requestId": "c",
+               "preProcessors": [{"name": "StandardScaler"}], "learner": {"name": "PARegressor"},
+               "trainingConfiguration": {"protocol": protocol, "variant": variant,
+                                         "threshold": threshold, "miniBatchSize": 16}}
+        answers[threshold] = stream_local(req, X, y, spokes=4, seed=0).final["protocol"]
+    small, large = answers[0.05], answers[50.0]
+    assert small["miniBatchesPerRound"] < 1 and len(small["warnings"]) == 1
+    assert "threshold 0.05 is small" in small["warnings"][0]
+    assert ("F at the polls" in small["warnings"][0]) == (protocol == "FDA")
+    assert large["miniBatchesPerRound"] > 10 and large["warnings"] == []

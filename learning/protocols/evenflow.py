@@ -93,7 +93,7 @@ import numpy as np
 from learning.errors import RequestError
 from learning.protocols.fda import THRESHOLD
 from learning.protocols.parameters import NAME_LENGTH, Param, ProtocolParams, Rule
-from learning.protocols.sharding import AveragingHub, ShardedSpoke
+from learning.protocols.sharding import AveragingHub, ShardedSpoke, short_rounds_warning
 from middleware import remote
 
 __all__ = ["EvenFlowSpoke", "EvenFlowHub", "EVENFLOW_VARIANTS", "MONITORED_FUNCTIONS", "VARIANT",
@@ -425,6 +425,10 @@ class EvenFlowHub(AveragingHub):
     def on_round_end(self, w: np.ndarray) -> None:
         self.ev_round += 1
         self._syncing = False
+
+    def safe_zone_warnings(self, per_round: float | None) -> list[str]:
+        return short_rounds_warning(self.rounds, per_round, self.threshold,
+                                    f" (monitored function {self.function})")
 
     def global_statistics(self) -> dict:
         out = super().global_statistics()

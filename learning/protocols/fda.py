@@ -103,12 +103,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import deque
 from typing import Any
 
 import numpy as np
 
 from learning.protocols.parameters import Param, ProtocolParams
-from learning.protocols.sharding import AveragingHub, ShardedSpoke
+from learning.protocols.sharding import AveragingHub, ShardedSpoke, short_rounds_warning
 from middleware import BroadcastPromise, Float32, remote
 
 __all__ = ["FunctionalDynamicAveragingSpoke", "FunctionalDynamicAveragingHub", "AmsSketch",
@@ -126,6 +127,9 @@ EPSILON_PSI = 0.01
 #: travel) and travels as float32 (module docstring, "FGM subrounds": 64 until
 #: Hyperplane's 22-parameter model measured otherwise)
 SMALL_STATE = 2
+#: polls whose decision the coordinator remembers (``decisions``: a Query's warning reads
+#: their values; before, every poll of the pipeline's life was kept)
+DECISIONS_KEPT = 1000
 
 #: ``trainingConfiguration.threshold``: Θ of the RTC (eq. 4.1); EVENFLOW's T shares it
 THRESHOLD = Param("threshold", float, None, "Θ (FDA, model variance, eq. 4.1) or T (EVENFLOW, "
@@ -409,8 +413,8 @@ class FunctionalDynamicAveragingHub(AveragingHub):
     polls, continued, violations : int
         Coordinator (hub 0): polls of the spokes' states, polls after which monitoring
         went on with a new safe function, polls that ended the round.
-    decisions : list[tuple[int, str, float]]
-        ``(round, action, F(S))`` of every poll, in order (tests read it).
+    decisions : collections.deque[tuple[int, str, float]]
+        ``(round, action, F(S))`` of the last :data:`DECISIONS_KEPT` polls, in order.
     """
 
     safe_zone_rounds = True
@@ -424,7 +428,7 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         self.fgm = 0
         self.sub = 0
         self.polls = self.continued = self.violations = self.subrounds = 0
-        self.decisions: list[tuple[int, str, float]] = []
+        self.decisions: deque[tuple[int, str, float]] = deque(maxlen=DECISIONS_KEPT)
         self._counts: dict[int, int] = {}
         self._zetas: dict[int, float] = {}
         self._polling = False
@@ -542,6 +546,13 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         # only E travels: each spoke builds the same φ from it (safe_function is
         # deterministic), which halves what a poll sends back
         return {"action": "continue", "E": Float32(S) if self._large else S}
+
+    def safe_zone_warnings(self, per_round: float | None) -> list[str]:
+        values = sorted(v for _, _, v in self.decisions if math.isfinite(v))
+        observed = (f" (F at the polls, the model variance {'bound' if self.variant == 'naive' else 'estimate'}: "
+                    f"median {values[len(values) // 2]:.3g} over the last {len(values)})"
+                    if values else "")
+        return short_rounds_warning(self.rounds, per_round, self.theta, observed)
 
     def global_statistics(self) -> dict:
         out = super().global_statistics()
