@@ -370,6 +370,10 @@ def _parse(doc: dict, request_id: Any, protocols: Collection[str] | None,
     config: dict = {}
     if kind in ("Create", "Update"):
         try:
+            if kind == "Create":  # a learner no protocol can average: before their parameters
+                from learning.registry import check_pairing
+                check_pairing(doc.get("learner"), given.get("protocol",
+                                                            TRAINING_DEFAULTS["protocol"]))
             config = validate_training_configuration(given, create=kind == "Create")
         except RequestError as e:
             e.request_id = request_id
@@ -378,8 +382,8 @@ def _parse(doc: dict, request_id: Any, protocols: Collection[str] | None,
     pre_processors = list(doc.get("preProcessors") or [])
     learner = doc.get("learner")
     if kind in ("Create", "Update"):
-        from learning.registry import (check_model_size, check_pairing, check_sizes,
-                                       make_learner, make_preprocessor, model_learner_spec)
+        from learning.registry import (check_model_size, check_sizes, make_learner,
+                                       make_preprocessor, model_learner_spec)
 
         try:
             if max_model_params is not None:  # before anything is built
@@ -397,7 +401,6 @@ def _parse(doc: dict, request_id: Any, protocols: Collection[str] | None,
                     check_model_size(spec, max_model_params)  # before it is allocated
                 built = make_learner(spec)
             if kind == "Create":
-                check_pairing(learner, config["protocol"])
                 check_scaling(built, TRAINING_PARAMETERS["scaling"].of(config), learner["name"])
         except RequestError as e:
             e.request_id = request_id

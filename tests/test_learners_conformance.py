@@ -347,6 +347,20 @@ def test_check_pairing():
     check_pairing({"name": "NoSuchLearner"}, "Asynchronous")  # make_learner reports it
 
 
+@pytest.mark.parametrize("config", [{"protocol": "FDA"}, {"protocol": "EVENFLOW"},
+                                    {"protocol": "EASGD", "alpha": 0.9, "rho": 2.0}])
+def test_a_tree_under_a_synchronizing_protocol_is_told_so_before_the_protocols_parameters(config):
+    """A Create of a tree under FDA without its threshold was answered "needs threshold";
+    given one, "cannot be averaged": the request that can never be served is told so
+    first."""
+    from learning.requests import parse_request
+
+    with pytest.raises(RequestError) as e:
+        parse_request({"id": 1, "request": "Create", "learner": {"name": "HoeffdingTree"},
+                       "trainingConfiguration": config})
+    assert e.value.code == "unsupported_pairing", e.value
+
+
 def test_independent_protocol_on_the_in_process_kernel():
     from river import datasets
 
