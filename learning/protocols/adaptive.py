@@ -13,12 +13,13 @@ training loss drops". A learner without a loss (NaN) falls back to one exchange 
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from learning.protocols.easgd import PARAMETERS as EASGD_PARAMETERS
 from learning.protocols.easgd import ElasticAveragingHub, ElasticAveragingSpoke
 from learning.protocols.parameters import Param, ProtocolParams
 
-__all__ = ["AdaptiveSpoke", "AdaptiveHub", "LOSS_THRESHOLD", "PARAMETERS"]
+__all__ = ["AdaptiveSpoke", "AdaptiveHub", "LOSS_THRESHOLD", "PARAMETERS", "PERIODS_KEPT"]
 
 #: ``trainingConfiguration.lossThreshold``: the summed loss that triggers an exchange
 LOSS_THRESHOLD = Param("lossThreshold", float, 10.0, "summed training loss since the last "
@@ -29,8 +30,32 @@ PARAMETERS = ProtocolParams(reference="papers/004 §3.5",
                             rules=EASGD_PARAMETERS.rules)
 
 
+#: exchanges whose periods a spoke remembers (a Query's ``meanPeriod``)
+PERIODS_KEPT = 1000
+#: exchanges after which a spoke whose mean period is at most one mini-batch and a half
+#: draws a warning (the loss threshold is reached within about one mini-batch)
+SHORT_PERIODS_AFTER = 10
+
+
 class AdaptiveHub(ElasticAveragingHub):
-    """The same centre-variable shard as EASGD."""
+    """The same centre-variable shard as EASGD; a Query warns when the loss threshold is
+    reached within about one mini-batch (the summed loss is in the learner's units: a
+    regressor's squared errors reach the default 10 at once)."""
+
+    def query_response(self, request_id, spokes: list[dict]) -> dict:
+        out = super().query_response(request_id, spokes)
+        protos = [s.get("protocol", {}) for s in spokes]
+        batch = out["protocol"].get("effectiveMiniBatchSize") or 1
+        short = [p for p in protos if p.get("exchanges", 0) >= SHORT_PERIODS_AFTER
+                 and p.get("meanPeriod") is not None and p["meanPeriod"] <= 1.5 * batch]
+        out["protocol"]["warnings"] = [] if not short else [
+            f"lossThreshold {short[0]['lossThreshold']:g} is reached within about one "
+            f"mini-batch on {len(short)} of {len(protos)} spokes (an exchange every "
+            f"{min(p['meanPeriod'] for p in short):.0f} records, a mini-batch's summed loss "
+            f"about {max(p['lossPerMiniBatch'] for p in short):.3g}), so Adaptive exchanges as "
+            f"EASGD does after every mini-batch; raise trainingConfiguration.lossThreshold "
+            f"with an Update (it is a sum of the learner's losses)"]
+        return out
 
 
 class AdaptiveSpoke(ElasticAveragingSpoke):
@@ -42,7 +67,10 @@ class AdaptiveSpoke(ElasticAveragingSpoke):
         super().__init__(request)
         self.threshold = LOSS_THRESHOLD.of(request.training_configuration)
         self._loss_mark = 0.0
-        self.periods: list[int] = []  # records between consecutive exchanges
+        # records between consecutive exchanges, the last PERIODS_KEPT
+        self.periods: deque[int] = deque(maxlen=PERIODS_KEPT)
+        self.exchanges = 0
+        self._fitted_mark = 0  # records fitted at the last exchange
 
     def on_update(self) -> None:
         super().on_update()
@@ -57,14 +85,29 @@ class AdaptiveSpoke(ElasticAveragingSpoke):
             return super().due()
         return acc >= self.threshold
 
+    #: class defaults for spokes restored from snapshots taken before they existed (their
+    #: periods a list of every exchange's)
+    exchanges = 0
+    _fitted_mark: int | None = None
+
     def on_exchange(self) -> None:
-        self.periods.append(self.fitted - sum(self.periods))
+        if self._fitted_mark is None:  # an older snapshot's list of every period
+            self._fitted_mark = sum(self.periods)
+            self.periods = deque(self.periods, maxlen=PERIODS_KEPT)
+        self.periods.append(self.fitted - self._fitted_mark)
+        self._fitted_mark = self.fitted
+        self.exchanges += 1
         self._loss_mark = self.loss_sum
 
     def protocol_statistics(self) -> dict:
         out = super().protocol_statistics()
+        periods = self.periods
+        mean = sum(periods) / len(periods) if periods else None
         out.update({"lossThreshold": self.threshold, "accumulatedLoss": self.accumulated_loss(),
-                    "lastPeriod": self.periods[-1] if self.periods else None})
+                    "lastPeriod": periods[-1] if periods else None, "exchanges": self.exchanges,
+                    "meanPeriod": mean,
+                    "lossPerMiniBatch": (self.loss_sum / self.fitted * self.mini_batch_size
+                                         if self.fitted else None)})
         return out
 
 
