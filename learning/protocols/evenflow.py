@@ -370,10 +370,16 @@ def lemma1_bound(update_sq_norms: list[float] | np.ndarray, m: int, d: int) -> f
     -------
     float, in the units of the parameters; 0 for ``d ≤ 0`` or no update.
     """
-    n = len(update_sq_norms)
+    return lemma1_bound_of_sum(len(update_sq_norms), float(np.sum(update_sq_norms)), m, d)
+
+
+def lemma1_bound_of_sum(n: int, total: float, m: int, d: int) -> float:
+    """:func:`lemma1_bound` from the number ``n`` = ϰ+1 of updates and ``total`` =
+    ``Σ_r ‖u_r‖²``, which a spoke keeps as running values (a list summed at every
+    mini-batch cost a round of r mini-batches O(r²))."""
     if d <= 0 or n == 0:
         return 0.0
-    return 0.5 * math.sqrt(n * max(0.0, 1.0 - m / d)) * math.sqrt(float(np.sum(update_sq_norms)))
+    return 0.5 * math.sqrt(n * max(0.0, 1.0 - m / d)) * math.sqrt(total)
 
 
 class _BoundCheck:
@@ -452,6 +458,8 @@ class EvenFlowSpoke(ShardedSpoke):
     peer = EvenFlowHub
     #: a ``begin_sync`` of a later round than this spoke's, kept until it gets there
     _pending_sync: int | None = None
+    #: class defaults for spokes restored from snapshots that kept the list of ``‖u_r‖²``
+    _updates, _update_sq_sum = 0, 0.0
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -467,7 +475,7 @@ class EvenFlowSpoke(ShardedSpoke):
         self.last_value = 0.0
         self._base: tuple[np.ndarray, dict] | None = None   # w^(t)
         self._prev: tuple[np.ndarray, dict] | None = None   # w before the last mini-batch
-        self._update_sq: list[float] = []                   # ‖u_r‖², r = 0..ϰ
+        self._updates, self._update_sq_sum = 0, 0.0          # ϰ+1 and Σ_r ‖u_r‖²
 
     def on_update(self) -> None:
         super().on_update()
@@ -478,7 +486,7 @@ class EvenFlowSpoke(ShardedSpoke):
         model's; the monitoring starts again from the new one."""
         super().on_relayout()
         self._base = self._prev = None
-        self._update_sq = []
+        self._updates, self._update_sq_sum = 0, 0.0
 
     def sphere_max(self) -> float:
         """The largest value ``f`` can take on this spoke's sphere (an upper bound, as the
@@ -495,7 +503,8 @@ class EvenFlowSpoke(ShardedSpoke):
                 w_t, w_t + 0.5 * delta, 0.5 * float(np.linalg.norm(delta))))
         D, radius_error, centre_error = dft_errors(delta, self.coefficients)
         norm_m = float(np.linalg.norm(D))
-        bound = lemma1_bound(self._update_sq, self.coefficients, delta.size)
+        bound = lemma1_bound_of_sum(self._updates, self._update_sq_sum, self.coefficients,
+                                    delta.size)
         scale = float(np.linalg.norm(delta))
         self.lemma1.check(radius_error, bound, scale)
         self.corollary1.check(centre_error, bound, scale)
@@ -508,7 +517,8 @@ class EvenFlowSpoke(ShardedSpoke):
     def after_batch(self, n_records: int) -> None:
         w = self.pipeline.learner.get_params()
         u = w - self.in_current(self._prev)
-        self._update_sq.append(float(u @ u))
+        self._updates += 1
+        self._update_sq_sum += float(u @ u)
         self._prev = (w, self.pipeline.learner.layout())
         if self.requested or self.in_sync:
             return
@@ -542,7 +552,7 @@ class EvenFlowSpoke(ShardedSpoke):
         layout = self.pipeline.learner.layout()
         self._base = (w_global.copy(), layout)
         self._prev = (w_global.copy(), layout)
-        self._update_sq = []
+        self._updates, self._update_sq_sum = 0, 0.0
         self.ev_round += 1
         self.requested = self.in_sync = False
         pending, self._pending_sync = self._pending_sync, None
