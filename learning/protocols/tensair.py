@@ -23,13 +23,15 @@ gradient; the optimizer's own state stays local). Learners that cannot be averag
 its update with its layout; the receiver grows its model to it first
 (``learner.project``).
 
-Preprocessor statistics travel with the updates: each message also carries the running
-statistics (records, means, M2, minima, maxima) the sender's preprocessors gathered from
-its own records since its previous message (its statistics minus those at that message,
-:meth:`learning.preprocessors.Preprocessor.subtract_statistics`), and the receiver merges
-them exactly (Chan et al.'s parallel update), so every replica's scaler converges to one
-that saw every replica's records, as the parameter-server protocols' spokes do at every
-synchronization (:mod:`learning.protocols.sharding`). With local scalers a replica took
+Preprocessor statistics travel with the updates: once the records a replica fitted since
+it last sent statistics are :data:`STATISTICS_SHARE` of all it fitted, its next message
+also carries the running statistics (records, means, M2, minima, maxima) its
+preprocessors gathered from those records (its statistics minus those it last sent, with
+the peers' merged since: :meth:`learning.preprocessors.Preprocessor.subtract_statistics`),
+and the receivers merge them exactly (Chan et al.'s parallel update), so every replica
+scales features as one scaler that saw all but the last quarter of each replica's
+records, as the parameter-server protocols' spokes do at every synchronization
+(:mod:`learning.protocols.sharding`). With local scalers a replica took
 the first update of a peer when its own scaler had seen two or three records: k-means on
 Waveform (4 replicas, seed 1) scored a prequential sum of squared distances of 4,451
 instead of 13, from the first 40 records' 443,870.
@@ -361,13 +363,14 @@ class TensAIRSpoke(PipelineSpoke):
         width) are left out and counted (``statisticsDropped``), never raised."""
         preps, sent = self.pipeline.preprocessors, self._prep_sent
         try:
-            if len(stats) != len(preps) or sent is None:
+            if len(stats) != len(preps):
                 raise ValueError(f"statistics of {len(stats)} preprocessors, the pipeline "
                                  f"has {len(preps)}")
             merged = [None if d is None else type(p).merge_statistics(p.statistics(), d)
                       for p, d in zip(preps, stats)]
-            bases = [b if d is None else type(p).merge_statistics(b, d)
-                     for p, d, b in zip(preps, stats, sent)]
+            bases = None if sent is None else [  # None: an older snapshot's, which sends none
+                b if d is None else type(p).merge_statistics(b, d)
+                for p, d, b in zip(preps, stats, sent)]
         except (ValueError, TypeError, KeyError) as exc:
             self.statistics_dropped += 1
             log.warning("%s: a peer's preprocessor statistics left out: %s", self.name, exc)
