@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Any
 
 from learning.protocols.easgd import PARAMETERS as EASGD_PARAMETERS
 from learning.protocols.easgd import ElasticAveragingHub, ElasticAveragingSpoke
@@ -42,7 +43,7 @@ class AdaptiveHub(ElasticAveragingHub):
     reached within about one mini-batch (the summed loss is in the learner's units: a
     regressor's squared errors reach the default 10 at once)."""
 
-    def query_response(self, request_id, spokes: list[dict]) -> dict:
+    def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
         out = super().query_response(request_id, spokes)
         protos = [s.get("protocol", {}) for s in spokes]
         batch = out["protocol"].get("effectiveMiniBatchSize") or 1

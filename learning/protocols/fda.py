@@ -549,8 +549,9 @@ class FunctionalDynamicAveragingHub(AveragingHub):
 
     def safe_zone_warnings(self, per_round: float | None) -> list[str]:
         values = sorted(v for _, _, v in self.decisions if math.isfinite(v))
-        observed = (f" (F at the polls, the model variance {'bound' if self.variant == 'naive' else 'estimate'}: "
-                    f"median {values[len(values) // 2]:.3g} over the last {len(values)})"
+        kind = "bound" if self.variant == "naive" else "estimate"
+        observed = (f" (F at the polls, the model variance {kind}: median "
+                    f"{values[len(values) // 2]:.3g} over the last {len(values)})"
                     if values else "")
         return short_rounds_warning(self.rounds, per_round, self.theta, observed)
 
