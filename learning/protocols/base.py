@@ -20,6 +20,7 @@ import orjson
 from learning.errors import RequestError
 from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, all_fit, decide,
                              declared_layout, inspect_record, vote_counter, vote_list)
+from learning.learners.base import label_key
 from learning.learners.labels import LabelIndex
 from learning.metrics import SUPERVISED_TASKS, QualityState, report
 from learning.pipeline import Pipeline
@@ -288,7 +289,8 @@ class PipelineSpoke(ModelWidth, Node):
                 f"learner.parameters.classes, or raise maxClasses", "too_many_classes")
         if self.ctx.max_model_params is not None:
             known = getattr(self.pipeline.learner, "classes", None) or ()
-            if label not in known:  # the model grows by a class (a row, an output)
+            if label_key(label) not in {label_key(c) for c in known}:  # typed: 1 is not True
+                # the model grows by a class (a row, an output)
                 self._check_size(self.layout.n_features, max(len(seen), len(known)) + 1)
         seen.add(label)
 
