@@ -565,6 +565,9 @@ def test_tensair_replicas_share_their_preprocessor_statistics(share, monkeypatch
     net = network(create("TensAIR", batch=10, pre=[{"name": "StandardScaler"}]), k, 1)
     stream(net, X, y, spoke_of=spoke_of)
     assert net.query()["fitted"] == len(X)
+    # a Query's model shows the statistics of the replica that holds the most records
+    assert net.query()["model"]["preProcessors"][0]["n"] == max(
+        s.pipeline.preprocessors[0].n for s in net.spokes)
     one = StandardScaler()
     one.learn_transform(X)
     probe = rng.normal(size=(7, 5)) * 20

@@ -104,6 +104,7 @@ from typing import Any
 
 import numpy as np
 
+from learning.errors import RequestError
 from learning.protocols.base import PipelineHub, PipelineSpoke
 from learning.protocols.parameters import Param, ProtocolParams
 from learning.protocols.sharding import ADDS_DELTAS, aggregation_of
@@ -161,14 +162,26 @@ def staleness_summary(histogram: Counter) -> dict:
             "p95": p95, "max": values[-1]}
 
 
+def _records_held(statistics: list | None) -> int:
+    """Records a replica's preprocessor statistics hold (its first with a count)."""
+    return max((int(st.get("n", 0)) for st in statistics or () if st), default=-1)
+
+
 class TensAIRHub(PipelineHub):
     """Not in the data path: answers Query (hub 0 gathers the replicas' reports), Update
-    and Delete. A Query's ``model`` is the mean of the replicas at Query time."""
+    and Delete. A Query's ``model`` is the mean of the replicas at Query time, with
+    ``preProcessors``: the statistics of the replica whose scalers hold the most records
+    (the replicas share theirs)."""
 
     _mean: tuple[np.ndarray, dict] | None = None  # the replicas' mean at the last Query
+    #: the preprocessor statistics of the replica holding the most records at the last Query
+    _scalers: list | None = None
 
     def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
         replicas = [s.pop("replica") for s in spokes]
+        scalers = [s.pop("scalers", None) for s in spokes]
+        # the statistics of the replica that holds the most records (they share theirs)
+        self._scalers = max(scalers, key=_records_held, default=None)
         self._mean = None
         spread = None
         layouts = [layout for _, layout in replicas]
@@ -207,6 +220,10 @@ class TensAIRHub(PipelineHub):
             out["params"] = []
         else:
             out["params"] = [x if math.isfinite(x) else None for x in w.tolist()]
+        if self._scalers is not None:
+            out["preProcessors"] = [None if st is None else
+                                    {k: v.tolist() if isinstance(v, np.ndarray) else v
+                                     for k, v in st.items()} for st in self._scalers]
         return out
 
 
@@ -477,11 +494,25 @@ class TensAIRSpoke(PipelineSpoke):
             p.fulfil([self._sent, True] if self.idle else self._sent)
         super().on_query(request_id, service)
 
+    def check_export(self) -> None:
+        """A Query may not ask TensAIR for ``export``.
+
+        Raises
+        ------
+        RequestError
+            ``unsupported`` (field ``export``): no node holds a global model to re-create
+            a pipeline from (a Query's ``model`` is the replicas' mean at that moment).
+        """
+        raise RequestError("unsupported", "protocol TensAIR keeps no global model to export: "
+                           "each replica holds its own (a Query's model shows their mean)",
+                           "export")
+
     def statistics(self) -> dict:
         out = super().statistics()
         stats = self.stats
         w, layout = self._params()
         out["replica"] = [w, layout]
+        out["scalers"] = [p.statistics() for p in self.pipeline.preprocessors]
         out["protocol"] = {
             "updatesMade": self.applied[self.ctx.index], "updatesSent": self.updates_sent,
             "updatesApplied": self.updates_applied, "updatesReceived": self.updates_received,
