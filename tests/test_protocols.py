@@ -1000,24 +1000,35 @@ def test_a_threshold_too_small_for_the_model_is_named_in_the_query(protocol, var
     Friedman #1 leaves its safe zone at every mini-batch of any spoke, so the pipeline
     synchronizes more often than BSP and pays for the monitoring too, and nothing said so.
     The Query's ``protocol`` says how many mini-batches of each spoke a round lasts and
-    warns, naming the threshold (FDA also the variance its polls saw); at a threshold the
-    model's drift fits in, rounds are long and nothing is said."""
+    warns, naming the threshold (FDA also the variance its polls saw). After an Update to
+    a threshold the model's drift fits in, rounds are long, counted from the Update, and
+    nothing is said."""
     from flink_jobs.experiment import load_friedman
-    from flink_jobs.local_run import stream_local
 
-    X, y, _, _ = load_friedman(2000, 0.0)
-    answers = {}
-    for threshold in (0.05, 50.0):
-        req = {"id": 1, "request": "Create", "requestId": "c",
-               "preProcessors": [{"name": "StandardScaler"}], "learner": {"name": "PARegressor"},
-               "trainingConfiguration": {"protocol": protocol, "variant": variant,
-                                         "threshold": threshold, "miniBatchSize": 16}}
-        answers[threshold] = stream_local(req, X, y, spokes=4, seed=0).final["protocol"]
-    small, large = answers[0.05], answers[50.0]
+    X, y, _, _ = load_friedman(4000, 0.0)
+    net = LocalNetwork(n_spokes=4, n_hubs=1, network=1, seed=0)
+    net.request({"id": 1, "request": "Create", "requestId": "c",
+                 "preProcessors": [{"name": "StandardScaler"}], "learner": {"name": "PARegressor"},
+                 "trainingConfiguration": {"protocol": protocol, "variant": variant,
+                                           "threshold": 0.05, "miniBatchSize": 16}})
+
+    def records(lo: int, hi: int) -> None:
+        for start in range(lo, hi, 50):
+            net.stream([(True, {"id": i, "features": X[i].tolist(), "label": float(y[i])})
+                        for i in range(start, min(hi, start + 50))])
+
+    records(0, 2000)
+    small = net.query()["protocol"]
     assert small["miniBatchesPerRound"] < 1 and len(small["warnings"]) == 1
     assert "threshold 0.05 is small" in small["warnings"][0]
     assert ("F at the polls" in small["warnings"][0]) == (protocol == "FDA")
-    assert large["miniBatchesPerRound"] > 10 and large["warnings"] == []
+    net.request({"id": 1, "request": "Update", "requestId": "u",
+                 "trainingConfiguration": {"threshold": 50.0}})
+    records(2000, 4000)
+    large = net.query()["protocol"]
+    assert large["threshold"] == 50.0 and large["warnings"] == []
+    # no round, or long ones, since the Update
+    assert large["miniBatchesPerRound"] is None or large["miniBatchesPerRound"] > 10
 
 
 def test_adaptive_says_when_its_loss_threshold_is_reached_within_a_mini_batch():

@@ -420,6 +420,12 @@ class EvenFlowHub(AveragingHub):
         self.requests = 0
         self._syncing = False
 
+    def update(self, request) -> None:
+        """As :meth:`AveragingHub.update`; the Query then reports the new threshold (the
+        spokes test against it: :meth:`EvenFlowSpoke.on_update`)."""
+        super().update(request)
+        self.threshold = THRESHOLD.of(self.request.training_configuration)
+
     @remote(oneway=True)
     def violation(self, round_: int, spoke: int) -> None:
         """Spoke ``spoke``'s sphere may leave ``{f ≤ T}`` in round ``round_``."""
@@ -432,8 +438,8 @@ class EvenFlowHub(AveragingHub):
         self.ev_round += 1
         self._syncing = False
 
-    def safe_zone_warnings(self, per_round: float | None) -> list[str]:
-        return short_rounds_warning(self.rounds, per_round, self.threshold,
+    def safe_zone_warnings(self, per_round: float | None, rounds: int) -> list[str]:
+        return short_rounds_warning(rounds, per_round, self.threshold,
                                     f" (monitored function {self.function})")
 
     def global_statistics(self) -> dict:

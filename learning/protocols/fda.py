@@ -452,6 +452,7 @@ class FunctionalDynamicAveragingHub(AveragingHub):
     def update(self, request) -> None:
         super().update(request)
         self.theta = THRESHOLD.of(self.request.training_configuration)
+        self.decisions.clear()  # a Query's warning quotes the polls under this threshold
 
     @remote
     def increment_waiting(self, round_: int, fgm: int, spoke: int, count: int,
@@ -547,13 +548,13 @@ class FunctionalDynamicAveragingHub(AveragingHub):
         # deterministic), which halves what a poll sends back
         return {"action": "continue", "E": Float32(S) if self._large else S}
 
-    def safe_zone_warnings(self, per_round: float | None) -> list[str]:
+    def safe_zone_warnings(self, per_round: float | None, rounds: int) -> list[str]:
         values = sorted(v for _, _, v in self.decisions if math.isfinite(v))
         kind = "bound" if self.variant == "naive" else "estimate"
         observed = (f" (F at the polls, the model variance {kind}: median "
                     f"{values[len(values) // 2]:.3g} over the last {len(values)})"
                     if values else "")
-        return short_rounds_warning(self.rounds, per_round, self.theta, observed)
+        return short_rounds_warning(rounds, per_round, self.theta, observed)
 
     def global_statistics(self) -> dict:
         out = super().global_statistics()

@@ -514,6 +514,12 @@ class ShardedSpoke(PipelineSpoke):
     def on_update(self) -> None:
         self.aggregation = aggregation_of(self.request.training_configuration,
                                           self.pipeline.learner, self.safe_zone_rounds)
+        # how long rounds last is counted again from here: a new threshold changes it
+        self._round_marks = (self.batches, self.rounds)
+
+    #: mini-batches fitted and rounds taken in at the last Update (a Query's
+    #: ``miniBatchesPerRound`` counts from there; a class default for older snapshots)
+    _round_marks = (0, 0)
 
     #: resets for a new layout so far (:meth:`on_relayout`): a call made before the last
     #: one is answered for a model that is gone; a class default for older snapshots
@@ -858,7 +864,9 @@ class ShardedSpoke(PipelineSpoke):
     def protocol_statistics(self) -> dict:
         """Protocol extras of this spoke (subclasses add to it)."""
         messages, nbytes = sync_traffic(self.stats)
+        batches, rounds = self._round_marks
         return {"rounds": self.rounds, "pushes": self.pushes, "waitMs": self.wait_ms,
+                "sinceUpdate": [self.batches - batches, self.rounds - rounds],
                 "syncMessagesSent": messages, "syncBytesSent": nbytes,
                 "syncFailures": self.sync_failures, "aggregation": self.aggregation,
                 **({"replayedRecords": self.replayed, "replayOverflows": self.replay_overflows}
@@ -1133,6 +1141,8 @@ class ShardedHub(PipelineHub):
         return out
 
     def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
+        # each spoke's mini-batches and rounds since the last Update (not shown per spoke)
+        since = [s.get("protocol", {}).pop("sinceUpdate", None) or [0, 0] for s in spokes]
         out = super().query_response(request_id, spokes)
         protos = [s.get("protocol", {}) for s in spokes]
         out["protocol"].update({
@@ -1144,11 +1154,12 @@ class ShardedHub(PipelineHub):
             "waitMs": sum(p.get("waitMs", 0.0) for p in protos),
             "spokeRounds": [p.get("rounds", 0) for p in protos],
         })
-        if self.safe_zone_rounds:  # how long rounds last: the threshold's effect
-            batches = sum(s.get("batches", 0) for s in spokes) / max(1, len(spokes))
-            per_round = batches / self.rounds if self.rounds else None
+        if self.safe_zone_rounds:  # how long rounds last since the last Update: the
+            n = max(1, len(spokes))    # threshold's effect
+            batches, rounds = sum(b for b, _ in since) / n, sum(r for _, r in since) / n
+            per_round = batches / rounds if rounds else None
             out["protocol"]["miniBatchesPerRound"] = per_round
-            out["protocol"]["warnings"] = self.safe_zone_warnings(per_round)
+            out["protocol"]["warnings"] = self.safe_zone_warnings(per_round, round(rounds))
         if any("replayedRecords" in p for p in protos):  # replay on (module docstring)
             out["protocol"].update({
                 "replayedRecords": sum(p.get("replayedRecords", 0) for p in protos),
@@ -1157,10 +1168,11 @@ class ShardedHub(PipelineHub):
             out["export"] = self.export(spokes[0]["export"])
         return out
 
-    def safe_zone_warnings(self, per_round: float | None) -> list[str]:
+    def safe_zone_warnings(self, per_round: float | None, rounds: int) -> list[str]:
         """The Query's ``protocol.warnings`` of a protocol whose rounds end when a spoke
-        leaves its safe zone (FDA and EVENFLOW say when the threshold is too small,
-        :func:`short_rounds_warning`); none by default."""
+        leaves its safe zone, from its ``rounds`` since the last Update and the
+        mini-batches of each spoke they lasted on average (FDA and EVENFLOW say when the
+        threshold is too small, :func:`short_rounds_warning`); none by default."""
         return []
 
     # -- export (a Query's ``export``) -------------------------------------------------------
