@@ -1034,26 +1034,35 @@ def test_a_threshold_too_small_for_the_model_is_named_in_the_query(protocol, var
 def test_adaptive_says_when_its_loss_threshold_is_reached_within_a_mini_batch():
     """Adaptive's ``lossThreshold`` is a sum of the learner's losses: a regressor's squared
     errors reach the default 10 within a mini-batch, so it exchanges after every one, and
-    nothing said so. The Query warns, with the loss a mini-batch brings; at a threshold
-    above it the periods grow and nothing is said. Its spokes keep their last periods only
-    (they kept every one, and summed them at every exchange: 10 s of 60,000 exchanges)."""
+    nothing said so. The Query warns, with the loss a mini-batch brings; after an Update
+    to a threshold above it the periods grow, counted from the Update, and nothing is
+    said. Its spokes keep their last periods only (they kept every one, and summed them
+    at every exchange: 10 s of 60,000 exchanges)."""
     from flink_jobs.experiment import load_friedman
-    from flink_jobs.local_run import stream_local
     from learning.protocols.adaptive import PERIODS_KEPT
 
-    X, y, _, _ = load_friedman(2000, 0.0)
-    answers = {}
-    for threshold in (10.0, 200.0):
-        req = {"id": 1, "request": "Create", "requestId": "c",
-               "preProcessors": [{"name": "StandardScaler"}], "learner": {"name": "PARegressor"},
-               "trainingConfiguration": {"protocol": "Adaptive", "lossThreshold": threshold,
-                                         "miniBatchSize": 16}}
-        answers[threshold] = stream_local(req, X, y, spokes=4, seed=0).final
-    small, large = answers[10.0], answers[200.0]
+    X, y, _, _ = load_friedman(4000, 0.0)
+    net = LocalNetwork(n_spokes=4, n_hubs=1, network=1, seed=0)
+    net.request({"id": 1, "request": "Create", "requestId": "c",
+                 "preProcessors": [{"name": "StandardScaler"}], "learner": {"name": "PARegressor"},
+                 "trainingConfiguration": {"protocol": "Adaptive", "lossThreshold": 10.0,
+                                           "miniBatchSize": 16}})
+
+    def records(lo: int, hi: int) -> dict:
+        for start in range(lo, hi, 50):
+            net.stream([(True, {"id": i, "features": X[i].tolist(), "label": float(y[i])})
+                        for i in range(start, min(hi, start + 50))])
+        return net.query()
+
+    small = records(0, 2000)
     assert len(small["protocol"]["warnings"]) == 1
     assert "lossThreshold 10 is reached within about one mini-batch" in \
         small["protocol"]["warnings"][0]
     assert all(s["meanPeriod"] <= 24 for s in small["spokes"])
+    net.request({"id": 1, "request": "Update", "requestId": "u",
+                 "trainingConfiguration": {"lossThreshold": 200.0}})
+    large = records(2000, 4000)
     assert large["protocol"]["warnings"] == []
-    assert all(s["meanPeriod"] > 24 for s in large["spokes"])
+    assert all(s["meanPeriod"] > 24 and s["lossThreshold"] == 200.0 for s in large["spokes"])
     assert PERIODS_KEPT == 1000
+

@@ -31,9 +31,10 @@ PARAMETERS = ProtocolParams(reference="papers/004 §3.5",
                             rules=EASGD_PARAMETERS.rules)
 
 
-#: exchanges whose periods a spoke remembers (a Query's ``meanPeriod``)
+#: exchanges whose periods a spoke remembers (a Query's ``meanPeriod``), since the last
+#: Update at most
 PERIODS_KEPT = 1000
-#: exchanges after which a spoke whose mean period is at most one mini-batch and a half
+#: periods after which a spoke whose mean period is at most one mini-batch and a half
 #: draws a warning (the loss threshold is reached within about one mini-batch)
 SHORT_PERIODS_AFTER = 10
 
@@ -47,8 +48,8 @@ class AdaptiveHub(ElasticAveragingHub):
         out = super().query_response(request_id, spokes)
         protos = [s.get("protocol", {}) for s in spokes]
         batch = out["protocol"].get("effectiveMiniBatchSize") or 1
-        short = [p for p in protos if p.get("exchanges", 0) >= SHORT_PERIODS_AFTER
-                 and p.get("meanPeriod") is not None and p["meanPeriod"] <= 1.5 * batch]
+        short = [p for p in protos if p.get("periods", 0) >= SHORT_PERIODS_AFTER
+                 and p["meanPeriod"] <= 1.5 * batch]
         out["protocol"]["warnings"] = [] if not short else [
             f"lossThreshold {short[0]['lossThreshold']:g} is reached within about one "
             f"mini-batch on {len(short)} of {len(protos)} spokes (an exchange every "
@@ -76,6 +77,7 @@ class AdaptiveSpoke(ElasticAveragingSpoke):
     def on_update(self) -> None:
         super().on_update()
         self.threshold = LOSS_THRESHOLD.of(self.request.training_configuration)
+        self.periods.clear()  # a Query's meanPeriod is the periods under this threshold
 
     def accumulated_loss(self) -> float:
         return self.loss_sum - self._loss_mark
@@ -106,7 +108,7 @@ class AdaptiveSpoke(ElasticAveragingSpoke):
         mean = sum(periods) / len(periods) if periods else None
         out.update({"lossThreshold": self.threshold, "accumulatedLoss": self.accumulated_loss(),
                     "lastPeriod": periods[-1] if periods else None, "exchanges": self.exchanges,
-                    "meanPeriod": mean,
+                    "periods": len(periods), "meanPeriod": mean,
                     "lossPerMiniBatch": (self.loss_sum / self.fitted * self.mini_batch_size
                                          if self.fitted else None)})
         return out
