@@ -88,6 +88,10 @@ def test_every_protocol_synchronized_and_counted_its_traffic(finals):
     for pid in (4, 5):  # data-driven protocols synchronize less than BSP
         assert out[pid]["protocol"]["rounds"] < bsp["rounds"]
         assert out[pid]["protocol"]["syncBytesToHubs"] < bsp["syncBytesToHubs"]
+        # and say so: rounds longer than BSP's 2 mini-batches, no advice on the threshold
+        assert out[pid]["protocol"]["miniBatchesPerRound"] > 2, out[pid]["protocol"]
+        assert out[pid]["protocol"]["warnings"] == []
+    assert isinstance(out[3]["protocol"]["warnings"], list)  # Adaptive's advice travels too
     assert all(s["lemma1Violations"] == 0 for s in out[5]["spokes"])
 
 
