@@ -58,6 +58,15 @@ def _changes(current: Request, update: Request, pipeline: Pipeline) -> list[tupl
                 update.training_configuration[key] != current.training_configuration.get(key):
             raise _fixed(f"{key} of a running pipeline cannot change", f"trainingConfiguration.{key}",
                          update)
+    protocol = current.training_configuration.get("protocol")
+    own = declared().get(protocol)
+    for p in own.params if own is not None else ():  # a protocol's fixed parameters
+        new, old = update.training_configuration.get(p.name), \
+            current.training_configuration.get(p.name, p.default)
+        if p.fixed and p.name in update.training_configuration and new != old:
+            raise _fixed(f"{p.name} of a running {protocol} pipeline cannot change ({old!r} → "
+                         f"{new!r}): its nodes' state is built for it; delete and create the "
+                         f"pipeline", f"trainingConfiguration.{p.name}", update)
     return out
 
 

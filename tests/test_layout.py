@@ -381,3 +381,25 @@ def test_an_update_with_repeated_classes_is_refused_as_a_create_is():
     assert "distinct" in answer["error"]["message"]
     q = w.query()
     assert q["layout"]["classes"] == [0, 1] and q["fitted"] == 20
+
+
+def test_an_update_of_the_layout_quorum_takes_effect_while_the_layout_is_pending():
+    """``layoutQuorum`` was read at Create only: an Update lowering it was answered ok and
+    the spokes went on holding their records for the old quorum. Now the spokes vote at
+    the new quorum's share and hub 0 decides by it."""
+    w = DeadWire()
+    request = create()
+    request["trainingConfiguration"]["layoutQuorum"] = 1000
+    w.request(request)
+    for i in range(20):
+        w.data(i % 2, "T", good(i))
+    w.pump()
+    assert sum(len(s.nodes[0]._held) for s in w.spokes) == 20
+    w.request({"id": 0, "request": "Update", "requestId": "u",
+               "trainingConfiguration": {"layoutQuorum": 8}})
+    for i in range(20, 40):
+        w.data(i % 2, "T", good(i))
+    w.pump()
+    assert sum(len(s.nodes[0]._held) for s in w.spokes) == 0
+    q = w.query()
+    assert q["layout"]["source"] == "inferred" and q["fitted"] == 40

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 
 import learning.protocols as registry
@@ -178,6 +179,47 @@ def test_an_update_of_a_pipeline_that_kept_another_protocols_key_drops_the_key()
     new = apply_update(old, update, make_pipeline(old.pre_processors, old.learner))
     assert new.training_configuration == {**current.training_configuration,
                                           "miniBatchSize": 16}
+
+
+def test_an_update_applies_or_refuses_every_protocol_parameter_it_names():
+    """An Update answered ok changes what it names: EVENFLOW's variant, monitored function
+    and coefficients were accepted and ignored (its spokes read only the threshold again);
+    now its spokes test with them and its Query shows them. FDA's variant and precision
+    shape the spokes' states and the coordinator's safe function mid-round: an Update that
+    changes them is refused (``unsupported``), nothing changed; the same values pass."""
+    from operators.local import LocalNetwork
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(200, 3))
+
+    def run(config: dict, update: dict) -> tuple[LocalNetwork, dict, dict]:
+        net = LocalNetwork(n_spokes=2, n_hubs=1, network=1)
+        net.request({"id": 1, "request": "Create", "requestId": "c", "learner": {"name": "PA"},
+                     "trainingConfiguration": {"miniBatchSize": 4, **config}})
+        records = [(True, {"id": i, "features": x.tolist(), "label": int(x[0] > 0)})
+                   for i, x in enumerate(X)]
+        net.stream(records[:100])
+        net.request({"id": 1, "request": "Update", "requestId": "u",
+                     "trainingConfiguration": update})
+        net.stream(records[100:])
+        answer = next(r for r in net.outputs["responses"] if r["requestId"] == "u")
+        return net, answer, net.query()
+
+    net, answer, q = run({"protocol": "EVENFLOW", "variant": "fast", "threshold": 0.05,
+                          "coefficients": 8},
+                         {"variant": "basic", "monitoredFunction": "kl", "coefficients": 16})
+    assert answer["status"] == "ok"
+    assert (q["protocol"]["variant"], q["protocol"]["monitoredFunction"]) == ("basic", "kl")
+    assert {(s.variant, s.function, s.coefficients) for s in net.spokes} == {("basic", "kl", 16)}
+    for update, field in (({"variant": "sketch"}, "variant"), ({"precision": 0.5}, "precision")):
+        net, answer, q = run({"protocol": "FDA", "threshold": 0.05}, update)
+        assert answer["status"] == "error" and answer["error"]["code"] == "unsupported"
+        assert answer["error"]["field"] == f"trainingConfiguration.{field}"
+        assert q["protocol"]["variant"] == "naive" and q["fitted"] == 200
+        assert {(s.variant, s.eps) for s in net.spokes} == {("naive", 0.25)}
+    _, answer, _ = run({"protocol": "FDA", "threshold": 0.05},
+                       {"variant": "naive", "precision": 0.25, "threshold": 0.1})
+    assert answer["status"] == "ok"
 
 
 @pytest.mark.parametrize("doc,field", [

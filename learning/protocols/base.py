@@ -359,6 +359,9 @@ class PipelineSpoke(ModelWidth, Node):
         self.window = TRAINING_PARAMETERS["window"].of(cfg)
         self.epochs = TRAINING_PARAMETERS["epochs"].of(cfg)
         self.max_classes = TRAINING_PARAMETERS["maxClasses"].of(cfg)
+        quorum = TRAINING_PARAMETERS["layoutQuorum"].of(cfg)  # while the layout is pending
+        if quorum != getattr(self, "quorum", None):
+            self.quorum, self._vote_every = quorum, 0  # the next vote at the new quorum's share
         self._fill_at = self.window or self.mini_batch_size
         scale_learner(self.pipeline.learner, self.scaling, n)
         if self.quality is not None:
@@ -992,6 +995,7 @@ class PipelineHub(ModelWidth, Node):
         holder = SimpleNamespace(learner=self.learner, preprocessors=[
             make_preprocessor(p, i) for i, p in enumerate(self.request.pre_processors)])
         self.request = apply_update(self.request, stripped, holder)
+        self.quorum = TRAINING_PARAMETERS["layoutQuorum"].of(self.request.training_configuration)
         if layout is not None:
             self.request = with_layout(self.request, layout)
             was, self.layout = self.layout, layout

@@ -421,10 +421,13 @@ class EvenFlowHub(AveragingHub):
         self._syncing = False
 
     def update(self, request) -> None:
-        """As :meth:`AveragingHub.update`; the Query then reports the new threshold (the
-        spokes test against it: :meth:`EvenFlowSpoke.on_update`)."""
+        """As :meth:`AveragingHub.update`; the Query then reports the new threshold,
+        variant and monitored function (the spokes test with them from their next
+        mini-batch: :meth:`EvenFlowSpoke.on_update`)."""
         super().update(request)
-        self.threshold = THRESHOLD.of(self.request.training_configuration)
+        values = PARAMETERS.of(self.request.training_configuration)
+        self.variant, self.function = values["variant"], values["monitoredFunction"]
+        self.threshold = values["threshold"]
 
     @remote(oneway=True)
     def violation(self, round_: int, spoke: int) -> None:
@@ -485,7 +488,9 @@ class EvenFlowSpoke(ShardedSpoke):
 
     def on_update(self) -> None:
         super().on_update()
-        self.threshold = THRESHOLD.of(self.request.training_configuration)
+        values = PARAMETERS.of(self.request.training_configuration)  # the next test uses them
+        self.variant, self.function = values["variant"], values["monitoredFunction"]
+        self.threshold, self.coefficients = values["threshold"], values["coefficients"]
 
     def on_relayout(self) -> None:
         """A new layout: the round's base and the last mini-batch's model were the old

@@ -137,10 +137,10 @@ THRESHOLD = Param("threshold", float, None, "Θ (FDA, model variance, eq. 4.1) o
                   required=True)
 #: ``trainingConfiguration.variant``: the local states S_i and F (§4.0.4)
 VARIANT = Param("variant", str, "naive", "the local state S_i and its function F (§4.0.4)",
-                choices=FDA_VARIANTS)
+                choices=FDA_VARIANTS, fixed=True)
 #: ``trainingConfiguration.precision``: ε = δ of the AMS sketch
 PRECISION = Param("precision", float, 0.25, "ε = δ of the sketch variant's AMS sketch",
-                  interval="(0, 1)")
+                  interval="(0, 1)", fixed=True)
 #: ``trainingConfiguration.waitOnIncrement``: a spoke pauses until the coordinator has
 #: its counter increment (see the module docstring, "Increments in the job")
 WAIT_ON_INCREMENT = Param("waitOnIncrement", bool, True, "a spoke that sends an FGM counter "

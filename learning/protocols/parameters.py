@@ -83,6 +83,9 @@ class Param:
     filled : bool
         A Create's ``trainingConfiguration`` gets the default written in (the nodes read it
         unconditionally); only for :data:`TRAINING_PARAMETERS`.
+    fixed : bool
+        A running pipeline keeps it: an Update that changes it is refused (``unsupported``,
+        :func:`learning.update.apply_update`), since the nodes' state is built for it.
 
     Raises
     ------
@@ -109,6 +112,7 @@ class Param:
     choices: tuple[str, ...] | None = None
     required: bool = False
     filled: bool = False
+    fixed: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
@@ -339,7 +343,8 @@ class ProtocolParams:
         give it."""
         rules = [r.text for r in self.rules if r.params[-1] == p.name]
         required = ["required in a Create"] if p.required else []
-        return "; ".join([p.description, *rules, *required])
+        fixed = ["fixed while the pipeline runs (an Update is refused)"] if p.fixed else []
+        return "; ".join([p.description, *rules, *required, *fixed])
 
 
 #: The keys of every pipeline's ``trainingConfiguration`` (papers/002 §3.4).
@@ -606,6 +611,7 @@ def parameter_table(table: Mapping[str, ProtocolParams] | None = None) -> str:
             allowed = "; ".join([p.allowed(), *(r.text for r in decl.rules
                                                 if r.params[-1] == p.name)])
             first = i == 0
+            meaning = p.description + ("; fixed while the pipeline runs" if p.fixed else "")
             rows.append(f"| {who if first else ''} | `{p.name}` | {default} | {_cell(allowed)} | "
-                        f"{_cell(p.description)} | {_cell(decl.reference) if first else ''} |")
+                        f"{_cell(meaning)} | {_cell(decl.reference) if first else ''} |")
     return "\n".join(rows) + "\n"
