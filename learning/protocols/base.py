@@ -342,7 +342,7 @@ class PipelineSpoke(ModelWidth, Node):
         and the learner steps at ``1 / n`` of its declared step size under
         ``learning-rate`` / ``both`` (eq. 4); its declared hyperparameters stay as given.
         The rolling quality metrics keep ``ceil(metricsWindow / n)`` records on this spoke;
-        ``window`` and ``epochs`` are read again.
+        ``window``, ``epochs``, ``maxClasses`` and ``layoutQuorum`` are read again.
 
         Raises
         ------
