@@ -1154,8 +1154,8 @@ class ShardedHub(PipelineHub):
             "waitMs": sum(p.get("waitMs", 0.0) for p in protos),
             "spokeRounds": [p.get("rounds", 0) for p in protos],
         })
-        if self.safe_zone_rounds:  # how long rounds last since the last Update: the
-            n = max(1, len(spokes))    # threshold's effect
+        if self.safe_zone_rounds:  # how long rounds last since the last Update
+            n = max(1, len(spokes))
             batches, rounds = sum(b for b, _ in since) / n, sum(r for _, r in since) / n
             per_round = batches / rounds if rounds else None
             out["protocol"]["miniBatchesPerRound"] = per_round
