@@ -260,6 +260,10 @@ class PipelineSpoke(ModelWidth, Node):
         """The pipeline's record width (None while its layout is pending)."""
         return self.layout.n_features
 
+    #: the last record width found to fit ``max_model_params`` while the layout is pending
+    #: (:meth:`_check_size` builds the preprocessors to size the model: not per record)
+    _sized_width: int | None = None
+
     #: ``trainingConfiguration.maxClasses`` and the labels counted against it; class
     #: defaults for spokes pickled before the cap (their classes are not counted)
     max_classes = 1000
@@ -362,6 +366,7 @@ class PipelineSpoke(ModelWidth, Node):
         quorum = TRAINING_PARAMETERS["layoutQuorum"].of(cfg)  # while the layout is pending
         if quorum != getattr(self, "quorum", None):
             self.quorum, self._vote_every = quorum, 0  # the next vote at the new quorum's share
+        self._sized_width = None  # an Update may have changed the model's size
         self._fill_at = self.window or self.mini_batch_size
         scale_learner(self.pipeline.learner, self.scaling, n)
         if self.quality is not None:
@@ -381,7 +386,9 @@ class PipelineSpoke(ModelWidth, Node):
         try:
             width, kind = inspect_record(features, label, train and self._supervised)
             if layout.pending:
-                self._check_size(width, None)  # held records are few
+                if width != self._sized_width:  # the width of the last record that fit
+                    self._check_size(width, None)
+                    self._sized_width = width
                 self._hold(train, rec, width, kind)
                 return
             if width != layout.n_features or (kind is not None and (

@@ -219,10 +219,11 @@ DEFAULT_AGGREGATION: dict[str, str] = {"PAClassifier": "sum", "MLP": "sum", "CNN
 #: :attr:`ShardedSpoke.safe_zone_rounds`): a learner that sums by default folds by
 #: ``diversity`` there. A spoke that fitted many mini-batches has corrected what the others
 #: corrected too, and adding the k deltas overshoots; ``diversity`` adds them where they
-#: differ and averages them where they agree. PA-I (C = 0.01), FDA naive, linear, sketch and EVENFLOW basic, fast at Θ 0.02 and
-#: 0.08 on RandomRBF, Waveform, LED, Hyperplane and digits, messages every 500 records as
-#: the Flink loop delivers them (``benchmarks/tune_thresholds.py --grid 0.08,0.02
-#: --aggregation sum|diversity|average``, seed 0; 50 runs per rule): ``diversity`` was
+#: differ and averages them where they agree. PA-I (C = 0.01), FDA naive, linear, sketch
+#: and EVENFLOW basic, fast at Θ 0.02 and 0.08 on RandomRBF, Waveform, LED, Hyperplane and
+#: digits, messages every 500 records as the Flink loop delivers them
+#: (``benchmarks/tune_thresholds.py --grid 0.08,0.02 --aggregation sum|diversity|average``,
+#: seed 0; 50 runs per rule): ``diversity`` was
 #: the best of the three in 31, at most 0.004 behind the best (0.0006 on average), the sum
 #: up to 0.082 (RandomRBF, FDA sketch at 0.08; 0.0165 on average), the average up to
 #: 0.019 (RandomRBF, EVENFLOW basic at 0.02). The networks at their defaults (threshold
