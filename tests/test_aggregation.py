@@ -437,6 +437,70 @@ def test_the_networks_default_rule_learns_as_one_learner_where_averaging_does_no
             assert default < averaged - 0.5 * gap, (protocol, default)
 
 
+RIDGE_PROTOCOLS = [("Synchronous", 2, {}), ("SSP", 1, {"staleness": 2}),
+                   ("Asynchronous", 2, {}), ("EASGD", 1, {}), ("Adaptive", 1, {"lossThreshold": 1e-9}),
+                   ("FDA", 1, {"variant": "naive", "threshold": 1e-9}),
+                   ("FDA", 2, {"variant": "sketch", "threshold": 1e-9}),
+                   ("EVENFLOW", 1, {"variant": "basic", "threshold": 1e-9})]
+
+
+@pytest.mark.parametrize("protocol,m,extra", RIDGE_PROTOCOLS)
+def test_ridge_sums_under_every_protocol_into_the_ridge_of_every_record(protocol, m, extra):
+    """Ridge's vector is sufficient statistics (``Σ x̃ x̃ᵀ``, ``Σ y x̃``): the sum of the
+    spokes' deltas is the statistics of every record however the pushes are grouped or
+    delayed, so every protocol sums by default (FDA and EVENFLOW too, where the sum of
+    other learners' deltas overshoots) and no push is damped for staleness. With every
+    spoke's last mini-batch pushed, the global model is the centralized ridge's, to
+    rounding, on a transport that reorders and repeats messages."""
+    from learning.learners.ridge import OnlineRidge
+
+    k, b = 4, 4
+    X, y = regression(k * b * 12, seed=21)
+    ridge = {"name": "Ridge", "parameters": {"n_features": 5}}
+    net = network(create(protocol, learner=ridge, hubs=m, batch=b, **extra), k, m,
+                  shuffle=True, duplicate=0.1, seed=5)
+    stream(net, X, y, every=3)
+    q = net.query()
+    reference = OnlineRidge()
+    reference.fit(X, y.tolist())
+    expected = reference.get_params()
+    assert np.allclose(global_model(net), expected, rtol=1e-9, atol=1e-9)
+    assert q["protocol"]["aggregation"] == "sum"
+    assert q["protocol"].get("stalenessDamping", 0.0) == 0.0
+    # a damping the request names is applied
+    if protocol in ("SSP", "Asynchronous", "EASGD"):
+        named = network(create(protocol, learner=ridge, batch=b, stalenessDamping=0.5,
+                               **extra), k, 1)
+        stream(named, X, y, every=3)
+        assert named.query()["protocol"]["stalenessDamping"] == 0.5
+
+
+def test_fda_counts_a_drift_far_past_its_threshold_in_a_message():
+    """FDA's counter increment of a model whose drift is ~10²⁵ times the threshold (Ridge's
+    statistics on unscaled features: river's TrumpApproval, threshold 1) no longer
+    overflows the message's 64-bit integer and stops the stream; the protocol syncs
+    after every mini-batch, as that threshold asks, and lands at the centralized ridge."""
+    from river import datasets
+
+    from flink_jobs.local_run import stream_local
+
+    data = list(datasets.TrumpApproval())
+    X = np.array([list(x.values()) for x, _ in data])
+    y = np.array([t for _, t in data])
+
+    def mae(protocol: str, spokes: int, **extra) -> float:
+        request = {"id": 0, "request": "Create", "requestId": "c",
+                   "learner": {"name": "Ridge"},
+                   "trainingConfiguration": {"protocol": protocol, "miniBatchSize": 16,
+                                             "miniBatches": 1, **extra}}
+        run = stream_local(request, X, y, spokes=spokes, every=0)
+        assert run.final["fitted"] == len(y)
+        return run.final["metrics"]["cumulative"]["mae"]
+
+    centralized = mae("Independent", 1)  # 0.507
+    assert mae("FDA", 4, variant="naive", threshold=1.0) < centralized + 0.01  # 0.511
+
+
 @pytest.mark.parametrize("protocol", ["Synchronous", "SSP", "Asynchronous", "EASGD"])
 def test_kmeans_spokes_clusters_are_matched_before_the_hubs_merge_them(protocol):
     """Spokes seed their k-means clusters on their own first records, so cluster j of one

@@ -171,6 +171,12 @@ class Learner(Component, abc.ABC):
     #: whether :meth:`match` reorders anything (a hub skips the call, and the copy of the
     #: global model it takes, for a learner whose entries mean the same on every spoke)
     matches_units: ClassVar[bool] = False
+    #: whether the flat vector is sums over the records learned (sufficient statistics,
+    #: :class:`learning.learners.ridge.OnlineRidge`): the sum of the spokes' deltas is then
+    #: the model of all their records, exactly, however long a round or stale a push, so
+    #: every protocol sums by default and no push is damped for staleness
+    #: (:func:`learning.protocols.sharding.aggregation_of`)
+    additive: ClassVar[bool] = False
     task: ClassVar[str] = "classification"
     has_proba: ClassVar[bool] = False
     #: True for learners whose native bindings cannot run in a Python interpreter embedded

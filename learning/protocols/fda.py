@@ -664,9 +664,13 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
             return
         value = self._value()
         # a model that grew (m = 1, new label) has a state of another size: the coordinator
-        # must poll, see the sizes differ and end the round
-        count = (math.floor((value - self.zero) / self.quantum) if math.isfinite(value)
-                 else self.ctx.n_spokes + 1)
+        # must poll, see the sizes differ and end the round; a count past k + 1 tells the
+        # coordinator nothing more (it polls once the counts sum past k), and one of a
+        # model whose drift is far past the threshold (a Ridge's statistics on unscaled
+        # features: φ 7.5e25 at threshold 1) would not fit in a message's 64-bit integer
+        most = self.ctx.n_spokes + 1
+        count = (min(most, math.floor((value - self.zero) / self.quantum))
+                 if math.isfinite(value) else most)
         if count > self.sent:
             self.sent = count
             self.increments += 1

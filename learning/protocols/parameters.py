@@ -368,8 +368,9 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
           "§2.1, beta = 1), diversity (rounds: beta = the deltas' gradient diversity, Yin et "
           "al. 2018, in [1/k, 1]; a lone push as sum) or momentum (rounds: the average's move "
           "plus blockMomentum times the last round's move, Chen & Huo 2016; a lone push as "
-          "sum); default: PA and the networks (MLP, CNN, MLPRegressor) sum, under FDA and "
-          "EVENFLOW diversity; every other learner averages",
+          "sum); default: Ridge sum (its deltas are sums over records: exact), PA and the "
+          "networks (MLP, CNN, MLPRegressor) sum, under FDA and EVENFLOW diversity; every "
+          "other learner averages",
           choices=("average", "sum", "diversity", "momentum")),
     Param("blockMomentum", float, None, "eta of aggregation momentum: a round moves the "
           "global model by eta times the previous round's move plus the move to the spokes' "

@@ -210,7 +210,9 @@ REPLAY_LIMIT = 4096
 #: the sum takes k steps as one learner would (0.935; 3.72 against 3.37;
 #: ``benchmarks/aggregation_rules.py``). At Adam 0.03, a step larger than the centralized
 #: learner's best, averaging is the better rule (MLP on digits 0.928 against 0.909 summed,
-#: 0.925 centralized): the experiments that run so name it.
+#: 0.925 centralized): the experiments that run so name it. Ridge sums under every
+#: protocol, FDA and EVENFLOW included (``learner.additive``: its deltas are sums over
+#: records and adding them is exact; :func:`aggregation_of`).
 DEFAULT_AGGREGATION: dict[str, str] = {"PAClassifier": "sum", "MLP": "sum", "CNN": "sum",
                                        "MLPRegressor": "sum"}
 
@@ -263,10 +265,11 @@ def short_rounds_warning(rounds: int, per_round: float | None, threshold: float,
 
 
 def aggregation_of(cfg: dict, learner: Any, safe_zone_rounds: bool = False) -> str:
-    """``trainingConfiguration.aggregation``, or the learner's default:
-    :data:`DEFAULT_AGGREGATION`'s, else ``average``; under a protocol whose rounds end when
-    a spoke leaves its safe zone (``safe_zone_rounds``: FDA, EVENFLOW) replaced as
-    :data:`SAFE_ZONE_AGGREGATION` says (``sum`` → ``diversity``).
+    """``trainingConfiguration.aggregation``, or the learner's default: ``sum`` for a
+    learner whose deltas are sums over records (``learner.additive``: ridge) under every
+    protocol, else :data:`DEFAULT_AGGREGATION`'s, else ``average``; under a protocol whose
+    rounds end when a spoke leaves its safe zone (``safe_zone_rounds``: FDA, EVENFLOW)
+    replaced as :data:`SAFE_ZONE_AGGREGATION` says (``sum`` → ``diversity``).
 
     Raises
     ------
@@ -275,6 +278,8 @@ def aggregation_of(cfg: dict, learner: Any, safe_zone_rounds: bool = False) -> s
         :data:`AGGREGATIONS`.
     """
     rule = cfg.get("aggregation")
+    if rule is None and learner.additive:
+        return "sum"  # exact: the deltas are sums over records
     if rule is None:
         rule = DEFAULT_AGGREGATION.get(type(learner).__name__, "average")
         return SAFE_ZONE_AGGREGATION.get(rule, rule) if safe_zone_rounds else rule

@@ -91,7 +91,8 @@ STALENESS = Param("staleness", int, 2, "s, rounds a spoke may run ahead of the s
 #: delta under the ``sum`` rule (module docstring, "Stale deltas"); SSP's default 0, none
 STALENESS_DAMPING = Param(
     "stalenessDamping", float, 0.0, "p: under aggregation sum a push's delta is scaled by "
-    "τ^−p, τ the other spokes' updates it missed (Zhang et al. 2016: 1; 0: not scaled)",
+    "τ^−p, τ the other spokes' updates it missed (Zhang et al. 2016: 1; 0: not scaled; "
+    "Ridge: 0 unless named)",
     interval="[0, 1]")
 #: ``trainingConfiguration.replay`` (:mod:`learning.protocols.sharding`, "Replay"), on by
 #: default for SSP, TAP, EASGD and Adaptive (PA, 4 spokes, Flink, three runs each,
@@ -143,8 +144,12 @@ class StaleDeltaHub:
     update_staleness: deque | None = None
 
     def read_damping(self) -> None:
-        """(Re)read ``stalenessDamping`` from the training configuration."""
-        self.damping = self.damping_param.of(self.request.training_configuration)
+        """(Re)read ``stalenessDamping`` from the training configuration; 0 unless named
+        for a learner whose deltas are sums over records (``learner.additive``: a damped
+        delta would drop part of the records it sums)."""
+        cfg = self.request.training_configuration
+        self.damping = (0.0 if self.learner.additive and self.damping_param.name not in cfg
+                        else self.damping_param.of(cfg))
 
     def missed_updates(self, spoke: int) -> int | None:
         """The updates of this shard spoke ``spoke`` has not seen: the pushes applied since
