@@ -46,6 +46,7 @@ REASONS = {
     "label_missing": "a training record without a label, for a supervised learner",
     "label_type": "a label that is not a JSON scalar, or not of the pipeline's label type",
     "label_too_long": f"a string label of more than {MAX_LABEL_CHARS} characters",
+    "label_range": f"a number label beyond ±{MAX_ABS_FEATURE:g}",
     "unseen_class": "a label outside the classes declared at Create",
     "too_many_classes": "a label of a new class past trainingConfiguration.maxClasses (classes "
                         "not declared)",
@@ -87,7 +88,9 @@ def label_kind(label: Any) -> str:
     ------
     RecordRejected
         ``label_type`` for anything else (null, list, object), ``label_too_long`` for a
-        string of more than :data:`MAX_LABEL_CHARS` characters.
+        string of more than :data:`MAX_LABEL_CHARS` characters, ``label_range`` for a
+        number beyond ±:data:`MAX_ABS_FEATURE` (a regressor's error, squared in its
+        metrics, would overflow: a target of 1e300 stopped the stream).
     """
     kind = _SCALARS.get(type(label))
     if kind is None:
@@ -96,6 +99,9 @@ def label_kind(label: Any) -> str:
     if kind == "string" and len(label) > MAX_LABEL_CHARS:
         raise RecordRejected(f"a string label has at most {MAX_LABEL_CHARS} characters, got "
                              f"{len(label)}", "label_too_long")
+    if kind in _NUMBER_KINDS and not -MAX_ABS_FEATURE <= label <= MAX_ABS_FEATURE:
+        shown = f"{label:g}" if kind == "float" else f"an integer of {label.bit_length()} bits"
+        raise RecordRejected(f"label = {shown} is beyond ±{MAX_ABS_FEATURE:g}", "label_range")
     return kind
 
 
@@ -134,7 +140,7 @@ def inspect_record(features: Any, label: Any, labelled: bool) -> tuple[int, str 
     ------
     RecordRejected
         ``features_type``, ``feature_type``, ``feature_range``, ``label_missing``,
-        ``label_type`` or ``label_too_long``.
+        ``label_type``, ``label_too_long`` or ``label_range``.
     """
     if type(features) is not list:
         raise RecordRejected(f"'features' is a list of numbers, got {_json_type(features)}",
@@ -148,7 +154,8 @@ def inspect_record(features: Any, label: Any, labelled: bool) -> tuple[int, str 
     if not labelled:
         return len(features), None
     kind = _SCALARS.get(type(label))
-    if kind is None or kind == "string":  # the checks that can fail (label_kind)
+    if kind is None or kind == "string" or kind in _NUMBER_KINDS and not (
+            -MAX_ABS_FEATURE <= label <= MAX_ABS_FEATURE):  # the checks that can fail
         if label is None:
             raise RecordRejected("a training record needs a 'label' for this learner",
                                  "label_missing")
@@ -186,6 +193,11 @@ def all_fit(layout: "Layout", features: list, labels: list | None) -> bool:
         return True
     kinds = {_SCALARS.get(type(label)) for label in labels}
     if not kinds <= _PLAIN_KINDS:  # a missing label, a string (its length), a non-scalar
+        return False
+    try:  # a number's magnitude, as in label_kind
+        if labels and _hypot(*labels) > MAX_ABS_FEATURE:
+            return False
+    except OverflowError:
         return False
     want = layout.label_type
     return want is None or kinds == {want} or (want == "number" and kinds <= _NUMBER_KINDS)

@@ -114,6 +114,7 @@ LABEL_FUZZ = [
     ("label string", rec(label="1"), "P"),
     ("label float", rec(label=1.0), "P"),
     ("label bool", rec(label=True), "P"),
+    ("label 1e300", rec(label=1e300), "P"),
     ("1 MB record", rec(label="y" * 1_000_000), "P"),
     ("unseen class", rec(label=99), "P0"),
 ]

@@ -42,7 +42,8 @@ class DeadWire(Wire):
     ([[1, 2]], 1, True, "feature_type"), ([1e308], 1, True, "feature_range"),
     ([-1e151], 1, True, "feature_range"), ([1.0], None, True, "label_missing"),
     ([1.0], {"a": 1}, True, "label_type"), ([1.0], [1], True, "label_type"),
-    ([1.0], "x" * 1001, True, "label_too_long"),
+    ([1.0], "x" * 1001, True, "label_too_long"), ([1.0], 1e300, True, "label_range"),
+    ([1.0], -1e151, True, "label_range"), ([1.0], 10 ** 400, True, "label_range"),
 ])
 def test_a_record_that_is_not_one_is_refused_with_its_reason(features, label, labelled, code):
     with pytest.raises(RecordRejected) as e:
@@ -403,3 +404,31 @@ def test_an_update_of_the_layout_quorum_takes_effect_while_the_layout_is_pending
     assert sum(len(s.nodes[0]._held) for s in w.spokes) == 0
     q = w.query()
     assert q["layout"]["source"] == "inferred" and q["fitted"] == 40
+
+
+def test_a_regression_target_beyond_the_bound_is_refused_and_the_stream_goes_on():
+    """A target of 1e300 (a JSON number) made a regressor's squared error overflow in its
+    quality metrics, an exception out of the spoke kernel that stopped the stream (and,
+    replayed after a restore, would stop it again): it is refused as ``label_range``,
+    alone and inside a group of records taken at once, and the good records go on."""
+    import numpy as np
+
+    from operators.local import LocalNetwork
+
+    net = LocalNetwork(n_spokes=2, n_hubs=1)
+    net.request({"id": 0, "request": "Create", "learner": {"name": "PARegressor"},
+                 "preProcessors": [{"name": "StandardScaler"}],
+                 "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 1}})
+    rng = np.random.default_rng(0)
+    good = [{"id": i, "features": rng.normal(size=3).tolist(), "label": float(rng.normal())}
+            for i in range(80)]
+    bad = {"id": -1, "features": [1.0, 2.0, 3.0], "label": 1e300}
+    net.stream([(True, r) for r in good[:40]])
+    net.records(0, [(True, bad)])  # alone
+    net.records(1, [(True, r) for r in good[40:60]] + [(True, bad)]  # in a group
+                + [(True, r) for r in good[60:]])
+    net.run()
+    q = net.query()
+    assert q["fitted"] == len(good) and q["rejectedBy"] == {"label_range": 2}, q["rejectedBy"]
+    assert np.isfinite(q["metrics"]["cumulative"]["rmse"])
+    assert {d["code"] for d in net.outputs["deadLetters"]} == {"label_range"}

@@ -424,6 +424,9 @@ def test_a_group_that_does_not_fit_the_layout_is_taken_one_by_one():
     assert not all_fit(Layout(2, "string", None, "declared"), [[1.0, 2.0]], ["a"])
     assert all_fit(Layout(2, "number", None, "declared"), [[1.0, 2.0]] * 2, [1, 0.5])
     assert all_fit(Layout(2, None, None, "declared"), [[1.0, 2.0]] * 2, [1, 0.5])
+    number = Layout(2, "number", None, "declared")
+    assert not all_fit(number, [[1.0, 2.0]] * 2, [1.0, 1e300])  # a label beyond the bound
+    assert not all_fit(number, [[1.0, 2.0]], [10**400])  # too large for a float
     assert not all_fit(Layout(2, "int", [0, 1], "declared"), [[1.0, 2.0]], [0])  # classes
     assert not all_fit(Layout(), [[1.0, 2.0]], [0])  # pending
 
