@@ -2,7 +2,9 @@
 
 Training batches go through :meth:`Pipeline.test_then_train`, which predicts each record
 before learning it (prequential evaluation) with exactly the semantics of river's
-``predict_one`` then ``learn_one`` loop, but on numpy mini-batches.
+``predict_one`` then ``learn_one`` loop, but on numpy mini-batches. A preprocessor of the
+target (:class:`learning.preprocessors.TargetStandardScaler`) scales a regressor's targets
+instead of the features and maps its predictions back.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from learning.learners.base import Learner, as_labels, as_matrix
+from learning.learners.regressor import as_targets
 from learning.preprocessors.base import Preprocessor
 
 __all__ = ["Pipeline"]
@@ -54,10 +57,22 @@ class Pipeline:
         if not isinstance(learner, Learner):
             raise TypeError(f"learner must be a Learner, got {learner!r}")
 
+    @property
+    def target_scaler(self) -> Preprocessor | None:
+        """The preprocessor of the target (``targets``: a
+        :class:`~learning.preprocessors.TargetStandardScaler`), or None: the learner fits
+        the targets it scales and its predictions are mapped back; the features pass it
+        by."""
+        for p in self.preprocessors:
+            if p.targets:
+                return p
+        return None
+
     def _transform(self, X: Any) -> np.ndarray:
         X = as_matrix(X)
         for p in self.preprocessors:
-            X = p.transform(X)
+            if not p.targets:
+                X = p.transform(X)
         return X
 
     def predict(self, X: np.ndarray) -> list:
@@ -69,9 +84,12 @@ class Pipeline:
 
         Returns
         -------
-        list of n_records labels (None while the learner has seen no label).
+        list of n_records labels (None while the learner has seen no label); a
+        regressor's behind a target scaler mapped back to the target's units.
         """
-        return self.learner.predict(self._transform(X))
+        predictions = self.learner.predict(self._transform(X))
+        target = self.target_scaler
+        return predictions if target is None else target.inverse(predictions).tolist()
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """Class probabilities without learning, where the learner has them
@@ -106,7 +124,11 @@ class Pipeline:
         """
         X = as_matrix(X)
         for p in self.preprocessors:
-            X = p.learn_transform(X) if learn_preprocessors else p.transform(X)
+            if p.targets:
+                t = as_targets(y)
+                y = p.learn_targets(t) if learn_preprocessors else p.scale_targets(t)
+            else:
+                X = p.learn_transform(X) if learn_preprocessors else p.transform(X)
         self.learner.fit(X, y)
 
     def test_then_train(self, X: np.ndarray, y: Sequence, *, with_proba: bool = False
@@ -131,7 +153,8 @@ class Pipeline:
             How many predictions equal their label (type-aware: ``True`` is not ``1``);
             0 for regressors and clusterers (``learner.task`` not ``"classification"``).
         loss_sum : float
-            Sum of the learner's per-record training losses (hinge for PA).
+            Sum of the learner's per-record training losses (hinge for PA, ``|y − ŷ|``
+            for a regressor: behind a target scaler in the target's units).
         proba : (n_records, len(learner.classes)) float64 or None, only with ``with_proba``
             Over ``learner.classes`` as they are after the batch, NaN for a class the
             learner did not know yet when it predicted the record (see
@@ -142,15 +165,27 @@ class Pipeline:
         X = as_matrix(X)
         labels = as_labels(y) if self.learner.supervised else list(y)
         X_test = X
+        target = None
         for p in self.preprocessors:
-            X_test, X = p.prequential_transform(X, X_test)
+            if p.targets:
+                target = p
+            else:
+                X_test, X = p.prequential_transform(X, X_test)
+        fitted = labels
+        if target is not None:  # checked before the statistics learn them
+            truth = as_targets(labels)
+            fitted, mean_before, std_before = target.prequential_targets(truth)
         proba = None
         if with_proba and self.learner.has_proba:
             predictions, loss_sum, proba = self.learner.test_then_train(
-                X, labels, X_test=None if X_test is X else X_test, with_proba=True)
+                X, fitted, X_test=None if X_test is X else X_test, with_proba=True)
         else:
             predictions, loss_sum = self.learner.test_then_train(
-                X, labels, X_test=None if X_test is X else X_test)
+                X, fitted, X_test=None if X_test is X else X_test)
+        if target is not None:  # back to the target's units, the loss (|y − ŷ|) too
+            mapped = mean_before + std_before * np.asarray(predictions, dtype=np.float64)
+            predictions = mapped.tolist()
+            loss_sum = float(np.abs(truth - mapped).sum())
         if self.learner.task != "classification":
             n_correct = 0  # accuracy means nothing here
         else:
@@ -163,11 +198,17 @@ class Pipeline:
         return predictions, n_correct, float(loss_sum)
 
     def loss(self, X: np.ndarray, y: Sequence) -> float:
-        """Sum of the learner's losses on the transformed batch (nothing learned)."""
+        """Sum of the learner's losses on the transformed batch (nothing learned); behind
+        a target scaler ``Σ |y − ŷ|`` in the target's units."""
+        if self.target_scaler is not None:
+            return float(np.abs(as_targets(y) - np.asarray(self.predict(X))).sum())
         return self.learner.loss(self._transform(X), y)
 
     def score(self, X: np.ndarray, y: Sequence) -> float:
-        """Accuracy in [0, 1] on the transformed batch (nothing learned); NaN if empty."""
+        """The learner's score on the transformed batch (nothing learned): accuracy in
+        [0, 1], a regressor's negative MAE (in the target's units); NaN if empty."""
+        if self.target_scaler is not None:
+            return -self.loss(X, y) / len(y) if len(y) else float("nan")
         return self.learner.score(self._transform(X), y)
 
     def clone(self) -> "Pipeline":

@@ -36,11 +36,12 @@ from learning.preprocessors.polynomial import PolynomialFeatures
 from learning.preprocessors.scalers import MinMaxScaler, StandardScaler
 from learning.preprocessors.selection import FeatureSelector
 from learning.preprocessors.statistics import RunningMeanVariance
+from learning.preprocessors.target import TargetStandardScaler
 
 __all__ = ["LEARNERS", "PREPROCESSORS", "BUILT_IN_LEARNERS", "BUILT_IN_PREPROCESSORS",
            "INDEPENDENT", "register_learner", "register_preprocessor", "make_learner",
            "make_preprocessor", "make_pipeline", "model_width", "model_learner_spec",
-           "check_sizes", "check_model_size", "check_pairing", "catalogue"]
+           "check_sizes", "check_model_size", "check_pairing", "check_targets", "catalogue"]
 
 #: learner name in a request → class
 LEARNERS: dict[str, type[Learner]] = {
@@ -67,6 +68,7 @@ PREPROCESSORS: dict[str, type[Preprocessor]] = {
     "FeatureSelector": FeatureSelector,
     "RunningMeanVariance": RunningMeanVariance,
     "PolynomialFeatures": PolynomialFeatures,
+    "TargetStandardScaler": TargetStandardScaler,
 }
 
 #: the learners and preprocessors omldm comes with (what the request schema file
@@ -327,6 +329,43 @@ def check_pairing(learner_spec: Any, protocol_name: str) -> None:
     raise RequestError("unsupported_pairing",
                        f"{name} cannot be averaged; use protocol {INDEPENDENT!r}",
                        "trainingConfiguration.protocol")
+
+
+def check_targets(pre_processors: list, learner_spec: Any) -> None:
+    """Refuse a preprocessor of the target (``targets``:
+    :class:`~learning.preprocessors.TargetStandardScaler`) that has no regressor to serve,
+    or a second one.
+
+    Parameters
+    ----------
+    pre_processors : list of dict
+        The request's ``preProcessors``; unknown names pass (:func:`make_preprocessor`
+        reports them).
+    learner_spec : dict or None
+        The request's learner; an unknown or missing name passes.
+
+    Raises
+    ------
+    learning.errors.RequestError
+        ``unsupported_pairing`` (field ``preProcessors[i]``) for a target preprocessor
+        before a learner whose ``task`` is not regression (a classifier's labels, a
+        clusterer's records have no target to scale), or for a second one.
+    """
+    name = learner_spec.get("name") if isinstance(learner_spec, dict) else None
+    learner = LEARNERS.get(name) if isinstance(name, str) else None
+    seen = False
+    for i, spec in enumerate(pre_processors):
+        cls = PREPROCESSORS.get(spec.get("name")) if isinstance(spec, dict) else None
+        if cls is None or not cls.targets:
+            continue
+        if seen:
+            raise RequestError("unsupported_pairing", f"preProcessors[{i}]: a pipeline takes "
+                               f"one preprocessor of the target", f"preProcessors[{i}]")
+        seen = True
+        if learner is not None and learner.task != "regression":
+            raise RequestError("unsupported_pairing",
+                               f"{spec['name']} scales a regressor's target; {name} is a "
+                               f"{learner.task} learner", f"preProcessors[{i}]")
 
 
 def catalogue(table: Mapping[str, type]) -> list[dict]:

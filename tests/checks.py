@@ -16,7 +16,8 @@ from learning.learners.base import Learner, label_key
 from learning.preprocessors.base import Preprocessor
 from learning.registry import make_learner, make_preprocessor
 
-__all__ = ["check_learner", "check_preprocessor", "batches", "same_predictions"]
+__all__ = ["check_learner", "check_preprocessor", "check_target_preprocessor", "batches",
+           "same_predictions"]
 
 Factory = Callable[[], Learner]
 
@@ -267,6 +268,37 @@ def check_preprocessor(make: Callable[[], Preprocessor], X: np.ndarray, size: in
         pass
     else:
         raise AssertionError("a record of another width must be refused")
+
+
+def check_target_preprocessor(make: Callable[[], Preprocessor], X: np.ndarray, y: np.ndarray,
+                              size: int = 16) -> None:
+    """A preprocessor of the target (``targets``): the features pass through unchanged;
+    the prequential view of each mini-batch's targets agrees with ``learn_targets``, its
+    first record's statistics with ``inverse`` before the batch; clone and the JSON round
+    trip (also through the registry) keep the statistics."""
+    a, b = make(), make()
+    assert a.targets
+    np.testing.assert_array_equal(a.transform(X), X)
+    np.testing.assert_array_equal(a.learn_transform(X), X)
+    tested, learned = a.prequential_transform(X, X + 1.0)
+    np.testing.assert_array_equal(tested, X + 1.0)
+    np.testing.assert_array_equal(learned, X)
+    for i in range(0, len(y), size):
+        t = y[i:i + size]
+        before = a.inverse(np.array([0.0, 1.0]))
+        scaled, mean_before, std_before = a.prequential_targets(t)
+        np.testing.assert_allclose(scaled, b.learn_targets(t), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose([mean_before[0], mean_before[0] + std_before[0]], before,
+                                   rtol=1e-12, atol=1e-12)
+        assert scaled.shape == mean_before.shape == std_before.shape == t.shape
+    np.testing.assert_allclose(a.scale_targets(y), b.scale_targets(y), rtol=1e-12)
+    doc = orjson.loads(orjson.dumps(a.to_json()))
+    for back in (type(a).from_json(doc), make_preprocessor(doc)):
+        np.testing.assert_allclose(back.inverse(y), a.inverse(y), rtol=1e-12)
+        np.testing.assert_allclose(back.learn_targets(y[:size]),
+                                   make_copy(a).learn_targets(y[:size]), rtol=1e-12)
+    clone = a.clone()
+    assert clone.hyperparameters() == a.hyperparameters() and clone.n == 0
 
 
 def make_copy(p: Preprocessor) -> Preprocessor:

@@ -17,9 +17,10 @@ from learning.learners import (CNN, MLP, HoeffdingAdaptiveTree, HoeffdingTree, K
                                MLPRegressor, OnlineRidge, OnlineSVM, PAClassifier,
                                PARegressor)
 from learning.preprocessors import (FeatureSelector, MinMaxScaler, PolynomialFeatures,
-                                    RunningMeanVariance)
+                                    RunningMeanVariance, TargetStandardScaler)
 from learning.registry import LEARNERS, PREPROCESSORS, check_pairing, make_learner
-from tests.checks import batches, check_learner, check_preprocessor
+from tests.checks import (batches, check_learner, check_preprocessor,
+                          check_target_preprocessor)
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +80,8 @@ PREPROCESSOR_CASES = {
     "PolynomialFeatures": lambda: PolynomialFeatures(degree=2),
     "PolynomialFeatures-interactions": lambda: PolynomialFeatures(degree=3,
                                                                   interaction_only=True),
+    "TargetStandardScaler": lambda: TargetStandardScaler(),
+    "TargetStandardScaler-mean": lambda: TargetStandardScaler(with_std=False),
 }
 
 
@@ -89,8 +92,12 @@ def test_every_registered_preprocessor_is_checked():
 
 @pytest.mark.parametrize("name", sorted(PREPROCESSOR_CASES))
 def test_preprocessor_conformance(name, trump):
-    X, _ = trump
-    check_preprocessor(PREPROCESSOR_CASES[name], X * 3.0 + 1.0, size=16)
+    X, y = trump
+    make = PREPROCESSOR_CASES[name]
+    if make().targets:
+        check_target_preprocessor(make, X, np.asarray(y, dtype=np.float64), size=16)
+    else:
+        check_preprocessor(make, X * 3.0 + 1.0, size=16)
 
 
 # --- exact against references ------------------------------------------------------------

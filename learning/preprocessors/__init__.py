@@ -1,8 +1,9 @@
 """Preprocessors placed before a learner, chained in the order given
 (papers/002_9b954bd89ad87406.txt §3.3.1): running-statistics transformers with river's
 per-record semantics computed a mini-batch at a time (scalers, running mean and variance)
-and stateless ones (feature selection, polynomial features). Each learns online from the
-training stream, is applied identically for prediction and writes its state to JSON.
+and stateless ones (feature selection, polynomial features), and a scaler of a regressor's
+target. Each learns online from the training stream, is applied identically for
+prediction and writes its state to JSON.
 """
 
 from learning.preprocessors.base import Preprocessor
@@ -10,6 +11,7 @@ from learning.preprocessors.polynomial import PolynomialFeatures
 from learning.preprocessors.scalers import MinMaxScaler, StandardScaler
 from learning.preprocessors.selection import FeatureSelector
 from learning.preprocessors.statistics import RunningMeanVariance
+from learning.preprocessors.target import TargetStandardScaler
 
 __all__ = ["Preprocessor", "StandardScaler", "MinMaxScaler", "FeatureSelector",
-           "RunningMeanVariance", "PolynomialFeatures"]
+           "RunningMeanVariance", "PolynomialFeatures", "TargetStandardScaler"]

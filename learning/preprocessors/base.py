@@ -9,6 +9,7 @@ learning.
 from __future__ import annotations
 
 import abc
+from typing import ClassVar
 
 import numpy as np
 
@@ -40,6 +41,11 @@ class Preprocessor(Component, abc.ABC):
     Chan, T. F., Golub, G. H., LeVeque, R. J. (1983) Algorithms for computing the sample
     variance: analysis and recommendations. The American Statistician 37(3):242–247.
     """
+
+    #: True for a preprocessor of a regressor's target (it has ``prequential_targets``,
+    #: ``learn_targets``, ``scale_targets`` and ``inverse``, and passes the features
+    #: through: :class:`learning.preprocessors.TargetStandardScaler`)
+    targets: ClassVar[bool] = False
 
     def output_width(self, n_features: int) -> int:
         """The width of what this preprocessor makes of records of ``n_features``
