@@ -355,7 +355,8 @@ def check_targets(pre_processors: list, learner_spec: Any) -> None:
     learner = LEARNERS.get(name) if isinstance(name, str) else None
     seen = False
     for i, spec in enumerate(pre_processors):
-        cls = PREPROCESSORS.get(spec.get("name")) if isinstance(spec, dict) else None
+        given = spec.get("name") if isinstance(spec, dict) else None
+        cls = PREPROCESSORS.get(given) if isinstance(given, str) else None
         if cls is None or not cls.targets:
             continue
         if seen:
@@ -364,7 +365,7 @@ def check_targets(pre_processors: list, learner_spec: Any) -> None:
         seen = True
         if learner is not None and learner.task != "regression":
             raise RequestError("unsupported_pairing",
-                               f"{spec['name']} scales a regressor's target; {name} is a "
+                               f"{given} scales a regressor's target; {name} is a "
                                f"{learner.task} learner", f"preProcessors[{i}]")
 
 
