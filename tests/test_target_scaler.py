@@ -21,6 +21,7 @@ from learning.preprocessors import StandardScaler, TargetStandardScaler
 from learning.registry import make_pipeline
 from learning.requests import parse_request
 from operators.local import LocalNetwork
+from operators.weights import ModelAssembler
 
 
 @pytest.fixture(scope="module")
@@ -132,10 +133,11 @@ def test_an_mlp_regressor_learns_a_target_far_from_zero_through_the_kernels(trum
 
 
 def test_an_export_predicts_in_the_targets_units_and_warm_starts(trump):
-    """The export holds the target's statistics; the pipeline it rebuilds, and a pipeline
-    created from it, predict what the global model predicts, in the target's units."""
+    """The export holds the target's statistics; the pipeline it rebuilds, a follower of
+    the weights topic and a pipeline created from the export predict what the global
+    model predicts, in the target's units."""
     X, y = trump
-    net = LocalNetwork(n_spokes=3, n_hubs=1)
+    net = LocalNetwork(n_spokes=3, n_hubs=1, limits={"weights_every_ms": 0})
     net.request(_create(["StandardScaler", "TargetStandardScaler"], {"name": "PARegressor"}))
     net.stream([(True, {"id": i, "features": X[i].tolist(), "label": float(y[i])})
                 for i in range(600)])
@@ -146,6 +148,10 @@ def test_an_export_predicts_in_the_targets_units_and_warm_starts(trump):
     held = X[600:640]
     exported = make_pipeline(body["preProcessors"], body["learner"]).predict(held)
     assert np.abs(np.asarray(exported) - y[600:640]).mean() < 2.0  # approval points
+    follower = ModelAssembler()
+    for record in net.outputs["weights"]:
+        follower.add(record)
+    np.testing.assert_allclose(follower.model(0).predict(held.tolist()), exported, rtol=1e-9)
     net.request({**body, "id": 1})
     assert net.outputs["responses"][-1]["status"] == "ok"
     net.stream([(False, {"id": 600 + i, "features": x.tolist()}) for i, x in enumerate(held)])
