@@ -182,3 +182,62 @@ def test_the_regression_experiment_reports_test_mse(tmp_path):
     assert rows[0]["bytes_to_hubs"] == 0 and rows[1]["rounds"] > 0
     assert json.loads((tmp_path / "r.json").read_text()) == rows
     assert "| Synchronous | 2 |" in out.getvalue() and "test MSE" in out.getvalue()
+
+
+@pytest.mark.parametrize("name,bad", [("MLPRegressor", "target"), ("MLP", "feature"),
+                                      ("CNN", "feature")])
+def test_a_mini_batch_beyond_float32_is_refused_and_the_network_kept(friedman, name, bad):
+    """The networks' weights are float32: a target of 1e100 (a valid JSON number, within
+    the records' ±1e150) or a feature of 1e39 fed without a scaler made the loss inf and
+    every weight NaN at the next step. The step is not taken: the mini-batch is refused
+    with the reason, the weights and the optimizer's state stay as they were."""
+    X, y = friedman
+    X = np.ascontiguousarray(X[:64, :9])
+    if name == "MLPRegressor":
+        model, labels = MLPRegressor(hidden_layers=[8], seed=1), y[:64]
+    else:
+        hyper = {"image_shape": [1, 3, 3], "channels": [2], "hidden": 4} if name == "CNN" \
+            else {"hidden_layers": [8]}
+        model, labels = make_learner({"name": name, "hyperParameters": {**hyper, "seed": 1}}), \
+            [int(t > 14) for t in y[:64]]
+    model.fit(X[:32], labels[:32])
+    before, state = model.get_params(), orjson.dumps(model.to_json())
+    Xb, lb = X[32:48].copy(), list(labels[32:48])
+    if bad == "target":
+        lb[3] = 1e100
+    else:
+        Xb[3, 0] = 1e39
+    with pytest.raises(ValueError, match="not finite in float32"):
+        model.test_then_train(Xb, lb)
+    np.testing.assert_array_equal(model.get_params(), before)
+    assert orjson.dumps(model.to_json()) == state  # the optimizer's moments too
+    model.fit(X[48:], labels[48:])  # and it goes on learning
+    assert np.all(np.isfinite(model.get_params())) and not np.array_equal(
+        model.get_params(), before)
+
+
+def test_the_pipeline_goes_on_and_the_query_answers_after_such_a_record():
+    """Through the job's kernels (2 spokes, TAP): the record's mini-batch is refused as
+    ``fit_failed`` (4 records, each dead-lettered with the reason), the global model stays
+    finite, forecasts are answered and Queries too; a spoke whose losses did sum to NaN
+    (a learner without the guard) no longer fails every Query of its pipeline."""
+    from operators.local import LocalNetwork
+
+    net = LocalNetwork(n_spokes=2, n_hubs=1)
+    net.request({"id": 0, "request": "Create", "preProcessors": [{"name": "StandardScaler"}],
+                 "learner": {"name": "MLPRegressor", "hyperParameters": {"seed": 0}},
+                 "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 4}})
+    rng = np.random.default_rng(0)
+    recs = [(True, {"id": i, "features": rng.normal(size=3).tolist(),
+                    "label": float(rng.normal())}) for i in range(200)]
+    recs.insert(100, (True, {"id": 999, "features": [0.1, 0.2, 0.3], "label": 1e100}))
+    recs += [(False, {"id": 1000 + i, "features": rng.normal(size=3).tolist()})
+             for i in range(5)]
+    net.stream(recs)
+    q = net.query()
+    assert q["fitted"] == 197 and q["rejectedBy"] == {"fit_failed": 4}
+    assert any("not finite in float32" in d["reason"] for d in net.outputs["deadLetters"])
+    assert np.all(np.isfinite(net.hubs[0].shard()))
+    assert all(type(p["prediction"]) is float for p in net.outputs["predictions"])
+    net.spokes[1].loss_sum = math.nan
+    assert net.query()["meanLoss"] is None

@@ -141,6 +141,33 @@ def _load_optimizer(opt: Any, entries: list) -> None:
         raise ParameterError("optimizer", f"optimizer: {e}") from None
 
 
+def _finite_step(params: list, opt: Any, loss: Any) -> None:
+    """``opt.step()`` once ``loss`` and the gradient of every tensor of ``params`` are
+    finite (torch tensors; checked one by one, some 20 µs a step); else the gradients are
+    dropped, the weights and the optimizer's state stay as they are, and ValueError says
+    why (the spoke refuses the mini-batch, ``fit_failed``, and the model goes on). The
+    weights are float32: a target of 1e100, a feature of 1e39 without a scaler, or a
+    learning rate that diverged made the loss inf, the next step NaN, and every node's
+    model NaN for good (predictions null, Queries unanswered).
+
+    Raises
+    ------
+    ValueError
+        When the loss or a gradient is inf or NaN.
+    """
+    import torch
+
+    grads = [p.grad for p in params if p.grad is not None]
+    if bool(torch.isfinite(loss)) and all(bool(torch.isfinite(g).all()) for g in grads):
+        opt.step()
+        return
+    opt.zero_grad(set_to_none=True)
+    raise ValueError(f"the mini-batch's loss or gradient is not finite in float32 (loss "
+                     f"{float(loss.detach()):g}): a target or feature beyond float32's range "
+                     f"(±3.4e38 after the preprocessors; a TargetStandardScaler, a scaler), "
+                     f"or a step that diverged; the model was not changed")
+
+
 class _TorchTraining:
     """The optimizer side every network here shares: SGD or Adam over ``self._params()``
     at the :meth:`effective_step_size`, the hyperparameters that may change while training
@@ -524,7 +551,7 @@ class _TorchClassifier(_TorchTraining, Learner):
         total = self._criterion(logits, targets, "sum")
         self._opt.zero_grad(set_to_none=True)
         (total / len(labels)).backward()
-        self._opt.step()
+        _finite_step(self._params(), self._opt, total)
         return predictions, float(total.detach()), proba
 
     # --- prediction and evaluation ------------------------------------------------------
@@ -1054,7 +1081,7 @@ class MLPRegressor(_TorchTraining, Regressor):
         loss = torch.nn.functional.mse_loss(out, target)
         self._opt.zero_grad(set_to_none=True)
         loss.backward()
-        self._opt.step()
+        _finite_step(self._params(), self._opt, loss)
         return out.detach().cpu().double().numpy()
 
     def fit(self, X: np.ndarray, y: Sequence) -> None:

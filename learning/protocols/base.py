@@ -1048,7 +1048,9 @@ class PipelineHub(ModelWidth, Node):
         limit = self.ctx.max_response_params
         fitted = sum(s["fitted"] for s in spokes)
         correct = sum(s["correct"] for s in spokes)
-        loss = sum(s["loss"] for s in spokes)
+        # a spoke whose losses summed to inf or NaN reports null (JSON): the sum is NaN,
+        # answered as null, never a Query that fails for good
+        loss = sum(math.nan if s["loss"] is None else s["loss"] for s in spokes)
         net = [s["network"] for s in spokes]
         service: dict = {}
         for s in spokes:
