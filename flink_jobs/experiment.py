@@ -1030,22 +1030,27 @@ def load_friedman(records: int = REGRESSION_RECORDS, holdout: float = REGRESSION
 
 
 def run_regression_one(data: tuple[np.ndarray, ...], protocol: str, variant: str | None,
-                       extra: dict, *, spokes: int = 4, seed: int = 0) -> dict:
+                       extra: dict, *, spokes: int = 4, seed: int = 0,
+                       target_scaler: bool = False) -> dict:
     """One run of the regression experiment on the in-process kernel
     (:func:`flink_jobs.local_run.stream_local`: every record trained on, each to a spoke
     drawn at random with ``seed``), then the held-out MSE of the final global model: hub
-    0's learner (``w̃``), or the one spoke's model for ``Centralized`` (one spoke,
-    protocol ``Independent``).
+    0's learner (``w̃``) behind its global preprocessor statistics, or the one spoke's
+    pipeline for ``Centralized`` (one spoke, protocol ``Independent``). With
+    ``target_scaler`` the pipeline scales the target
+    (:class:`learning.preprocessors.TargetStandardScaler`); the paper's setting does not.
 
     Returns
     -------
     dict
-        ``protocol``, ``variant``, ``spokes``, ``threshold``, ``monitored_function``,
+        ``protocol``, ``variant``, ``target_scaler``, ``spokes``, ``threshold``,
+        ``monitored_function``,
         ``test_mse``, ``test_mae``, ``prequential_mae`` / ``prequential_rmse`` (the Query's
         ``metrics.cumulative``), ``bytes_to_hubs``, ``bytes_to_spokes``, ``rounds``,
         ``fitted``, ``seconds``.
     """
     from flink_jobs.local_run import stream_local
+    from learning.pipeline import Pipeline
 
     X, y, Xh, yh = data
     central = protocol == CENTRALIZED
@@ -1053,16 +1058,19 @@ def run_regression_one(data: tuple[np.ndarray, ...], protocol: str, variant: str
               "miniBatchSize": 16, "miniBatches": 1, **extra}
     if variant is not None:
         config["variant"] = variant
+    pre = [{"name": "TargetStandardScaler"}] if target_scaler else []
     request = {"id": 0, "request": "Create", "requestId": "regression",
-               "preProcessors": [], "learner": copy.deepcopy(REGRESSION_LEARNER),
+               "preProcessors": pre, "learner": copy.deepcopy(REGRESSION_LEARNER),
                "trainingConfiguration": config}
     run = stream_local(request, X, y, spokes=1 if central else spokes, every=0, seed=seed)
-    learner = run.net.spokes[0].pipeline.learner if central else run.net.hubs[0].learner
-    predictions = np.asarray(learner.predict(Xh), dtype=np.float64)
+    hub = run.net.hubs[0]  # the global model: the hub's learner and global statistics
+    model = run.net.spokes[0].pipeline if central else Pipeline(hub.preprocessors, hub.learner)
+    predictions = np.asarray(model.predict(Xh), dtype=np.float64)
     final, proto = run.final, run.final["protocol"]
     cumulative = (final.get("metrics") or {}).get("cumulative") or {}
     return {
         "dataset": "friedman", "protocol": protocol, "variant": variant,
+        "target_scaler": target_scaler,
         "spokes": 1 if central else spokes, "threshold": extra.get("threshold"),
         "monitored_function": extra.get("monitoredFunction"), "kernel": "local",
         "records": len(X), "holdout_records": len(Xh),
@@ -1093,7 +1101,7 @@ def regression_table(rows: list[dict]) -> str:
 
 def run_regression(json_path: str | Path, *, spokes: int = 4,
                    records: int = REGRESSION_RECORDS, protocols: tuple[str, ...] | None = None,
-                   seed: int = 0, out=None) -> list[dict]:
+                   seed: int = 0, target_scaler: bool = False, out=None) -> list[dict]:
     """``omldm experiment regression``: :data:`REGRESSION_LEARNER` on river's Friedman #1
     (:func:`load_friedman`, ``records`` records, the last 20% held out), Centralized and
     every run of :data:`REGRESSION_RUNS` on ``spokes`` spokes, on the in-process kernel
@@ -1105,6 +1113,8 @@ def run_regression(json_path: str | Path, *, spokes: int = 4,
     ----------
     protocols : names or None
         Only these (``"Centralized"`` is one of the names); default all.
+    target_scaler : bool
+        Scale the target (``TargetStandardScaler``; ``--target-scaler``).
 
     Raises
     ------
@@ -1124,13 +1134,15 @@ def run_regression(json_path: str | Path, *, spokes: int = 4,
     for protocol, variant, extra in runs:
         if protocols is not None and protocol not in protocols:
             continue
-        row = run_regression_one(data, protocol, variant, extra, spokes=spokes, seed=seed)
+        row = run_regression_one(data, protocol, variant, extra, spokes=spokes, seed=seed,
+                                 target_scaler=target_scaler)
         rows.append(row)
         json_path.write_text(json.dumps(rows, indent=1))
         print(f"  friedman {_name(row):22s} k={row['spokes']} test_mse={row['test_mse']:.3f} "
               f"rounds={row['rounds']} seconds={row['seconds']:.1f}", file=out, flush=True)
     print(f"friedman: {len(data[0]):,} records streamed, {len(data[2]):,} held out; "
-          f"{REGRESSION_LEARNER['name']} {REGRESSION_LEARNER['hyperParameters']}; "
+          f"{REGRESSION_LEARNER['name']} {REGRESSION_LEARNER['hyperParameters']}"
+          f"{', target scaled (TargetStandardScaler)' if target_scaler else ''}; "
           f"in-process kernel", file=out, flush=True)
     print(regression_table(rows), file=out, flush=True)
     return rows
@@ -1153,6 +1165,9 @@ def _command(args: argparse.Namespace) -> int:
     if args.which in ("sharding", "regression") and flink_only:
         raise ValueError(f"{', '.join(flink_only)}: options of experiment protocols (on "
                          f"Flink), not of experiment {args.which}")
+    if args.target_scaler and args.which != "regression":
+        raise ValueError(f"--target-scaler: an option of experiment regression, not of "
+                         f"experiment {args.which}")
     if args.which == "sharding":
         from flink_jobs.experiment_sharding import command
 
@@ -1170,7 +1185,8 @@ def _command(args: argparse.Namespace) -> int:
                              f"experiment regression (one --spokes, --limit, --protocol)")
         run_regression(args.json, spokes=(args.spokes or (4,))[0],
                        records=args.limit or REGRESSION_RECORDS,
-                       protocols=tuple(args.protocol) if args.protocol else None)
+                       protocols=tuple(args.protocol) if args.protocol else None,
+                       target_scaler=args.target_scaler)
         return 0
     run_experiment(args.json, kernel=args.kernel or "flink",
                    datasets=tuple(args.dataset or DATASETS),
@@ -1275,6 +1291,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="protocols, Flink: PyFlink's execution mode of every run (default: "
                         "thread, process for the MLP, which cannot run in thread mode; "
                         "process is flink run's default)")
+    p.add_argument("--target-scaler", action="store_true",
+                   help="experiment regression: scale the target (TargetStandardScaler; the "
+                        "paper's setting does not)")
     p.add_argument("--quick", action="store_true",
                    help=f"a small subset. protocols: only Centralized, Independent, "
                         f"Synchronous and FDA (naive), on the first {QUICK_LIMIT:,} records "

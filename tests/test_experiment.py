@@ -159,6 +159,9 @@ def test_a_stream_rate_and_a_spoke_layout_are_refused_off_flink(tmp_path):
                             ("--execution-mode", "process")):
             assert main(["experiment", which, "--json", str(tmp_path / "x.json"),
                          flag, value]) == 2
+    for which in ("quality", "sharding"):  # the regression experiment's own option
+        assert main(["experiment", which, "--json", str(tmp_path / "x.json"),
+                     "--target-scaler"]) == 2
 
 
 def test_quick_run_has_a_centralized_row_per_dataset_equal_to_a_single_spoke_run(tmp_path, capsys):

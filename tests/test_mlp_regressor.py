@@ -182,6 +182,15 @@ def test_the_regression_experiment_reports_test_mse(tmp_path):
     assert rows[0]["bytes_to_hubs"] == 0 and rows[1]["rounds"] > 0
     assert json.loads((tmp_path / "r.json").read_text()) == rows
     assert "| Synchronous | 2 |" in out.getvalue() and "test MSE" in out.getvalue()
+    # --target-scaler: the network fits the scaled target, the global model's held-out
+    # predictions are mapped back (640 records: test MSE 24.1 → 14.5 centralized, 42.1 →
+    # 19.3 under BSP)
+    scaled = run_regression(tmp_path / "s.json", spokes=2, records=800,
+                            protocols=("Centralized", "Synchronous"), target_scaler=True,
+                            out=io.StringIO())
+    assert all(r["target_scaler"] for r in scaled) and not rows[0]["target_scaler"]
+    for before, after in zip(rows[:2], scaled):
+        assert after["test_mse"] < 0.8 * before["test_mse"], (before, after)
 
 
 @pytest.mark.parametrize("name,bad", [("MLPRegressor", "target"), ("MLP", "feature"),
