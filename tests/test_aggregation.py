@@ -438,7 +438,8 @@ def test_the_networks_default_rule_learns_as_one_learner_where_averaging_does_no
 
 
 RIDGE_PROTOCOLS = [("Synchronous", 2, {}), ("SSP", 1, {"staleness": 2}),
-                   ("Asynchronous", 2, {}), ("EASGD", 1, {}), ("Adaptive", 1, {"lossThreshold": 1e-9}),
+                   ("Asynchronous", 2, {}), ("EASGD", 1, {}),
+                   ("Adaptive", 1, {"lossThreshold": 1e-9}),
                    ("FDA", 1, {"variant": "naive", "threshold": 1e-9}),
                    ("FDA", 2, {"variant": "sketch", "threshold": 1e-9}),
                    ("EVENFLOW", 1, {"variant": "basic", "threshold": 1e-9})]

@@ -48,8 +48,9 @@ class OnlineRidge(LinearRegressor):
     every mini-batch, 4 spokes: prequential MAE 52.6 averaged against 47.6 summed, the
     centralized learner 47.1; ``benchmarks/aggregation_rules.py --learner Ridge``).
     Weights averaged instead would not be the solution of anything. The weights are the
-    ``coef`` / ``intercept`` attributes. The vector holds ``(d + 1)(d + 2)/2 + d + 1`` numbers for ``d`` features
-    (27 for 5, 5,151 for 100): this learner is for modest widths.
+    ``coef`` / ``intercept`` attributes. The vector holds ``(d + 1)(d + 2)/2 + d + 1``
+    numbers for ``d`` features (27 for 5, 5,151 for 100): this learner is for modest
+    widths.
 
     Parameters
     ----------
