@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -109,6 +109,11 @@ class ConfusionCounts(Counter):
         for t, p, n in triples:
             out[(t, p)] += int(n)
         return out
+
+
+def _number(value: Any) -> float:
+    """A statistic read back from JSON: NaN for null (an inf or NaN when it was sent)."""
+    return math.nan if value is None else float(value)
 
 
 class ErrorMoments:
@@ -162,13 +167,16 @@ class ErrorMoments:
 
     @classmethod
     def from_json(cls, d: dict) -> "ErrorMoments":
+        """The moments of :meth:`to_json`; a statistic that was inf or NaN travelled as
+        JSON null and comes back NaN (a regressor's squared errors past float64, or a
+        NaN prediction: the Query answers null for what they make, instead of failing)."""
         # river's own state constructors (stats.Mean/Var._from_state)
         out = cls()
         n = int(d["n"])
         if n:
-            out.abs = stats.Mean._from_state(n, float(d["meanAbsError"]))
-            out.sq = stats.Mean._from_state(n, float(d["meanSquaredError"]))
-            out.y = stats.Var._from_state(n, float(d["yMean"]), float(d["yVariance"]))
+            out.abs = stats.Mean._from_state(n, _number(d["meanAbsError"]))
+            out.sq = stats.Mean._from_state(n, _number(d["meanSquaredError"]))
+            out.y = stats.Var._from_state(n, _number(d["yMean"]), _number(d["yVariance"]))
         return out
 
     def values(self) -> dict:

@@ -502,6 +502,27 @@ def test_fda_counts_a_drift_far_past_its_threshold_in_a_message():
     assert mae("FDA", 4, variant="naive", threshold=1.0) < centralized + 0.01  # 0.511
 
 
+@pytest.mark.parametrize("variant", ["naive", "linear", "sketch"])
+def test_fda_synchronizes_a_drift_past_float64(variant):
+    """Ridge on features near ±1e149 without a scaler: a spoke's ‖Δ‖² is inf. The
+    coordinator's safe-function algebra raised on it (sketch: ``LinAlgError`` in ``state``),
+    the polled spokes never got a decision and stayed paused with their records held; an
+    inf state is outside any safe zone, so the round now ends in a synchronization."""
+    from operators.local import LocalNetwork
+
+    net = LocalNetwork(n_spokes=2, n_hubs=1)
+    net.request({"id": 0, "request": "Create", "learner": {"name": "Ridge"},
+                 "trainingConfiguration": {"protocol": "FDA", "variant": variant,
+                                           "threshold": 0.1, "miniBatchSize": 4}})
+    rng = np.random.default_rng(0)
+    net.stream([(True, {"id": i, "features": (rng.normal(size=3) * 1e149).tolist(),
+                        "label": float(rng.normal())}) for i in range(120)])
+    net.query()
+    q = net.query()
+    assert q["fitted"] == 120 and q["protocol"]["rounds"] >= 1
+    assert all(s["held"] == 0 for s in q["spokes"])
+
+
 @pytest.mark.parametrize("protocol", ["Synchronous", "SSP", "Asynchronous", "EASGD"])
 def test_kmeans_spokes_clusters_are_matched_before_the_hubs_merge_them(protocol):
     """Spokes seed their k-means clusters on their own first records, so cluster j of one

@@ -478,3 +478,25 @@ def test_binary_score_state_survives_pickling(cancer):
     restored = cloudpickle.loads(cloudpickle.dumps(quality))
     assert restored.to_json() == quality.to_json()
     assert restored.own_values() == quality.own_values()
+
+
+def test_a_regressor_whose_errors_are_not_finite_is_answered_null():
+    """PA without a step cap (``mode`` 0) on features of 1e-100: its step ``ℓ/‖x‖²``
+    overflows and the model and its predictions turn NaN. The spokes' error moments then
+    travel as JSON null, and reading them back raised at hub 0: every Query of the
+    pipeline went unanswered. Read back as NaN, the Query answers, the metrics null."""
+    from learning.metrics import ErrorMoments
+
+    net = LocalNetwork(n_spokes=2, n_hubs=1)
+    net.request({"id": 0, "request": "Create",
+                 "learner": {"name": "PARegressor", "hyperParameters": {"mode": 0}},
+                 "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 4}})
+    net.stream([(True, {"id": i, "features": [1e-100, 2e-100], "label": (-1) ** i * 1e100})
+                for i in range(64)])
+    q = net.query()
+    assert q["status"] == "ok" and q["fitted"] == 64
+    assert q["meanLoss"] is None and q["metrics"]["cumulative"] == {
+        "records": 64, "mae": None, "rmse": None, "r2": None}
+    back = ErrorMoments.from_json({"n": 2, "meanAbsError": None, "meanSquaredError": 1.0,
+                                   "yMean": 0.0, "yVariance": 1.0})
+    assert back.records == 2 and np.isnan(back.values()["mae"])

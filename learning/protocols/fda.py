@@ -529,9 +529,13 @@ class FunctionalDynamicAveragingHub(AveragingHub):
                 S = np.mean(np.stack(states), axis=0)
                 if self._large:  # the E the spokes will receive (float32)
                     S = S.astype(np.float32).astype(np.float64)
-                value = SafeFunction(self.variant, self.theta, _PROBE[self.variant], eps, rows,
-                                     cols).F(S)
-                phi = safe_function(self.variant, self.theta, S, eps, rows, cols)
+                # a drift past float64 (a Ridge's statistics on features near ±1e150: the
+                # state's ‖Δ‖² is inf) is outside any safe zone: synchronize, where the
+                # safe function's algebra raised and the polled spokes' round never ended
+                if np.all(np.isfinite(S)):
+                    value = SafeFunction(self.variant, self.theta, _PROBE[self.variant], eps,
+                                         rows, cols).F(S)
+                    phi = safe_function(self.variant, self.theta, S, eps, rows, cols)
         self._counts = {}
         self._polling = False
         self.sub = 0
