@@ -502,15 +502,33 @@ def test_fda_counts_a_drift_far_past_its_threshold_in_a_message():
     assert mae("FDA", 4, variant="naive", threshold=1.0) < centralized + 0.01  # 0.511
 
 
-@pytest.mark.parametrize("variant", ["naive", "linear", "sketch"])
-def test_fda_synchronizes_a_drift_past_float64(variant):
+def test_fda_counts_a_drift_whose_quotient_overflows_as_k_plus_one():
+    """A finite value of φ near float64's largest over the quantum is inf, and
+    ``math.floor`` of it raised after every mini-batch (fuzzed: Ridge on 1 spoke, features
+    near 1e149); the increment is k + 1, as for any drift past the threshold."""
+    from operators.local import LocalNetwork
+
+    net = LocalNetwork(n_spokes=1, n_hubs=1)
+    net.request({"id": 0, "request": "Create", "learner": {"name": "Ridge"},
+                 "trainingConfiguration": {"protocol": "FDA", "variant": "naive",
+                                           "threshold": 0.1, "miniBatchSize": 4}})
+    spoke = net.spokes[0]
+    spoke._value = lambda: 1.7e308
+    spoke.quantum = 1e-3
+    spoke.after_batch(4)
+    assert spoke.sent == 2
+
+
+@pytest.mark.parametrize("variant,k", [("naive", 1), ("naive", 2), ("linear", 2),
+                                       ("sketch", 2)])
+def test_fda_synchronizes_a_drift_past_float64(variant, k):
     """Ridge on features near ±1e149 without a scaler: a spoke's ‖Δ‖² is inf. The
     coordinator's safe-function algebra raised on it (sketch: ``LinAlgError`` in ``state``),
     the polled spokes never got a decision and stayed paused with their records held; an
     inf state is outside any safe zone, so the round now ends in a synchronization."""
     from operators.local import LocalNetwork
 
-    net = LocalNetwork(n_spokes=2, n_hubs=1)
+    net = LocalNetwork(n_spokes=k, n_hubs=1)
     net.request({"id": 0, "request": "Create", "learner": {"name": "Ridge"},
                  "trainingConfiguration": {"protocol": "FDA", "variant": variant,
                                            "threshold": 0.1, "miniBatchSize": 4}})

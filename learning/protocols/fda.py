@@ -671,10 +671,11 @@ class FunctionalDynamicAveragingSpoke(ShardedSpoke):
         # must poll, see the sizes differ and end the round; a count past k + 1 tells the
         # coordinator nothing more (it polls once the counts sum past k), and one of a
         # model whose drift is far past the threshold (a Ridge's statistics on unscaled
-        # features: φ 7.5e25 at threshold 1) would not fit in a message's 64-bit integer
+        # features: φ 7.5e25 at threshold 1) would not fit in a message's 64-bit integer,
+        # or is inf (φ near float64's largest)
         most = self.ctx.n_spokes + 1
-        count = (min(most, math.floor((value - self.zero) / self.quantum))
-                 if math.isfinite(value) else most)
+        ratio = (value - self.zero) / self.quantum if math.isfinite(value) else math.inf
+        count = math.floor(ratio) if ratio < most else most  # inf and NaN: most
         if count > self.sent:
             self.sent = count
             self.increments += 1
