@@ -226,3 +226,32 @@ def test_tensair_replicas_drop_the_updates_of_a_model_an_update_reset(update, ca
     if "classes" in update:
         assert [sp.pipeline.learner.layout()["classes"] for sp in net.spokes] == [[0, 1]] * 3
     assert not [r for r in caplog.records if r.exc_info]
+
+
+@pytest.mark.parametrize("pending", [True, False])
+def test_an_update_declares_the_layout_of_a_tree_pipeline(pending):
+    """A Hoeffding tree has no parameter vector (its ``layout()`` raises): an Update that
+    declared the layout of a tree pipeline still pending (fewer records than the quorum)
+    raised out of the hub kernel, which the job would replay after every restore. It is
+    applied; the tree learns every record after it (and after an agreed layout, the same
+    width changes nothing)."""
+    from operators.local import LocalNetwork
+
+    net = LocalNetwork(n_spokes=2, n_hubs=1, network=3)
+    net.request({"id": 3, "request": "Create", "requestId": "c",
+                 "learner": {"name": "HoeffdingTree"},
+                 "trainingConfiguration": {"protocol": "Independent", "miniBatchSize": 4}})
+    rng = np.random.default_rng(0)
+
+    def records(first: int, n: int) -> list:
+        return [(True, {"id": first + i, "features": rng.normal(size=3).tolist(),
+                        "label": int(rng.integers(0, 2))}) for i in range(n)]
+
+    net.stream(records(0, 5 if pending else 60))
+    net.request({"id": 3, "request": "Update", "requestId": "u",
+                 "learner": {"parameters": {"n_features": 3}}})
+    assert net.outputs["responses"][-1]["status"] == "ok"
+    before = net.query()["fitted"]
+    net.stream(records(1000, 40))
+    q = net.query()
+    assert q["layout"]["nFeatures"] == 3 and q["fitted"] >= before + 40 - 2 * 4

@@ -134,7 +134,10 @@ def needs_reset(learner, layout: Layout, width: int | None = None,
     classes ``learner`` learned that ``layout`` does not declare."""
     if records_were is not None and records_were != layout.n_features:
         return True
-    current = learner.layout() if hasattr(learner, "layout") else {}
+    # a tree has no vector, hence no layout of its own (layout() raises): what it learned
+    # was of records_were's width; an Update that declared a pending tree pipeline's layout
+    # raised out of the hub kernel
+    current = learner.layout() if learner.averageable and hasattr(learner, "layout") else {}
     learned = current.get("n_features")
     if learned is not None and learned != (layout.n_features if width is None else width):
         return True
