@@ -233,3 +233,22 @@ def test_the_dynamic_protocols_export(protocol):
     assert exported.shape == whole.shape and np.any(exported != 0)
     if hubs[0].updates == body["version"]:  # no round ended after the export's (the
         np.testing.assert_array_equal(exported, whole)  # Query's partial mini-batches may)
+
+
+@pytest.mark.parametrize("name", ["PA", "MLP"])
+def test_a_classifier_that_learned_no_class_exports_a_create_that_is_accepted(name):
+    """Exported before its first label (a declared width, no classes), a classifier's model
+    held ``classes: []``, which a Create refuses (schema): its own export could not warm
+    start a pipeline. It exports the width alone, and the new pipeline learns."""
+    spec, task, width = LEARNERS[name]
+    net = LocalNetwork(n_spokes=2, n_hubs=1)
+    net.request({"id": 0, "request": "Create", "preProcessors": [{"name": "StandardScaler"}],
+                 "learner": {**spec, "parameters": {"n_features": width}},
+                 "trainingConfiguration": {"protocol": "Synchronous", "miniBatchSize": 8}})
+    body = _export(net, 0)["export"]
+    assert body["learner"]["parameters"] == {"n_features": width}
+    net.request({**body, "id": 1})
+    assert net.outputs["responses"][-1]["status"] == "ok", net.outputs["responses"][-1]
+    net.stream(_records(120, width, task, seed=3))
+    net.request({"id": 1, "request": "Query", "requestId": "q1"})
+    assert net.outputs["responses"][-1]["fitted"] > 0

@@ -1219,6 +1219,11 @@ class ShardedHub(PipelineHub):
             learner = type(learner).from_json(learner.to_json())
             learner.set_params(w)
         model = learner.to_json()
+        params = model.get("parameters") or {}
+        if params.get("classes") == []:  # a classifier that has learned no class yet:
+            # nothing learned to carry, and a Create declares no empty class list (its own
+            # export was refused, schema)
+            model["parameters"] = {k: params[k] for k in ("n_features",) if k in params}
         if self.layout.n_features is not None and "n_features" in (model.get("parameters")
                                                                     or {}):
             # a request declares the records' width; the learner's is what the
