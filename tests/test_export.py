@@ -252,3 +252,20 @@ def test_a_classifier_that_learned_no_class_exports_a_create_that_is_accepted(na
     net.stream(_records(120, width, task, seed=3))
     net.request({"id": 1, "request": "Query", "requestId": "q1"})
     assert net.outputs["responses"][-1]["fitted"] > 0
+
+
+@pytest.mark.parametrize("name", ["PARegressor", "Ridge"])
+def test_a_pipeline_whose_global_model_no_round_built_exports_an_accepted_create(name):
+    """FDA whose spokes stayed in their safe zone: the layout was agreed from the stream
+    but no round had built a global model, which had no width, and the export declared
+    the records' width with empty arrays, which its own Create refused
+    (``invalid_parameter``; found by fuzzing). It exports the width alone."""
+    net = LocalNetwork(n_spokes=2, n_hubs=1)
+    net.request({"id": 0, "request": "Create", "learner": {"name": name},
+                 "trainingConfiguration": {"protocol": "FDA", "variant": "naive",
+                                           "threshold": 1e300, "miniBatchSize": 4}})
+    net.stream(_records(60, N_FEATURES, "regression", seed=4))
+    body = _export(net, 0)["export"]
+    assert body["learner"]["parameters"] == {"n_features": N_FEATURES}
+    net.request({**body, "id": 1})
+    assert net.outputs["responses"][-1]["status"] == "ok", net.outputs["responses"][-1]

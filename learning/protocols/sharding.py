@@ -1220,15 +1220,15 @@ class ShardedHub(PipelineHub):
             learner.set_params(w)
         model = learner.to_json()
         params = model.get("parameters") or {}
-        if params.get("classes") == []:  # a classifier that has learned no class yet:
-            # nothing learned to carry, and a Create declares no empty class list (its own
-            # export was refused, schema)
-            model["parameters"] = {k: params[k] for k in ("n_features",) if k in params}
-        if self.layout.n_features is not None and "n_features" in (model.get("parameters")
-                                                                    or {}):
-            # a request declares the records' width; the learner's is what the
-            # preprocessors make of them (learning.registry.model_learner_spec)
-            model["parameters"] = {**model["parameters"], "n_features": self.layout.n_features}
+        width = self.layout.n_features  # a request declares the records' width; the
+        # learner's is what the preprocessors make of them (registry.model_learner_spec)
+        if params.get("classes") == [] or not learner.get_params().size:
+            # nothing learned to carry (a classifier before its first label, a global model
+            # no round has built yet): its arrays were empty against the declared width,
+            # and a Create declares no empty class list, so its own Create was refused
+            model["parameters"] = {} if width is None else {"n_features": width}
+        elif width is not None and "n_features" in params:
+            model["parameters"] = {**params, "n_features": width}
         body = {"id": self.request.id, "request": "Create", "version": self.updates,
                 "learner": {**model, "name": self.request.learner["name"]},
                 "preProcessors": [{**spec, "parameters": p.to_json()["parameters"]}
