@@ -1066,3 +1066,19 @@ def test_adaptive_says_when_its_loss_threshold_is_reached_within_a_mini_batch():
     assert all(s["meanPeriod"] > 24 and s["lossThreshold"] == 200.0 for s in large["spokes"])
     assert PERIODS_KEPT == 1000
 
+
+def test_adaptives_warning_leaves_out_a_spoke_whose_loss_is_not_a_number():
+    """A spoke whose losses summed to inf or NaN reports ``lossPerMiniBatch`` null: the
+    warning compared it with the others' and raised, and every Query of the pipeline went
+    unanswered (found by fuzzing: an MLPRegressor whose errors overflowed)."""
+    from learning.protocols.adaptive import short_period_warnings
+
+    spoke = {"periods": 20, "meanPeriod": 16.0, "lossThreshold": 10.0}
+    protos = [{**spoke, "lossPerMiniBatch": None}, {**spoke, "lossPerMiniBatch": 58.0}]
+    (warning,) = short_period_warnings(protos, 16)
+    assert "on 2 of 2 spokes" in warning and "summed loss about 58" in warning
+    (warning,) = short_period_warnings(protos[:1], 16)
+    assert "summed loss about nan" in warning
+    assert short_period_warnings([{**spoke, "meanPeriod": 64.0, "lossPerMiniBatch": 1.0}],
+                                 16) == []
+

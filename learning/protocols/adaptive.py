@@ -20,7 +20,8 @@ from learning.protocols.easgd import PARAMETERS as EASGD_PARAMETERS
 from learning.protocols.easgd import ElasticAveragingHub, ElasticAveragingSpoke
 from learning.protocols.parameters import Param, ProtocolParams
 
-__all__ = ["AdaptiveSpoke", "AdaptiveHub", "LOSS_THRESHOLD", "PARAMETERS", "PERIODS_KEPT"]
+__all__ = ["AdaptiveSpoke", "AdaptiveHub", "LOSS_THRESHOLD", "PARAMETERS", "PERIODS_KEPT",
+           "short_period_warnings"]
 
 #: ``trainingConfiguration.lossThreshold``: the summed loss that triggers an exchange
 LOSS_THRESHOLD = Param("lossThreshold", float, 10.0, "summed training loss since the last "
@@ -46,18 +47,29 @@ class AdaptiveHub(ElasticAveragingHub):
 
     def query_response(self, request_id: Any, spokes: list[dict]) -> dict:
         out = super().query_response(request_id, spokes)
-        protos = [s.get("protocol", {}) for s in spokes]
         batch = out["protocol"].get("effectiveMiniBatchSize") or 1
-        short = [p for p in protos if p.get("periods", 0) >= SHORT_PERIODS_AFTER
-                 and p["meanPeriod"] <= 1.5 * batch]
-        out["protocol"]["warnings"] = [] if not short else [
-            f"lossThreshold {short[0]['lossThreshold']:g} is reached within about one "
+        out["protocol"]["warnings"] = short_period_warnings(
+            [s.get("protocol", {}) for s in spokes], batch)
+        return out
+
+
+def short_period_warnings(protos: list[dict], batch: int) -> list[str]:
+    """The Query's ``protocol.warnings`` of an Adaptive pipeline: one message when spokes
+    (``protos``: each spoke's ``protocol`` report) that exchanged at least
+    :data:`SHORT_PERIODS_AFTER` times did so every 1.5 mini-batches of ``batch`` records
+    or sooner; else none. A spoke's ``lossPerMiniBatch`` that was inf or NaN came as null
+    (JSON) and is left out of the quoted loss (it raised, and the Query went unanswered)."""
+    short = [p for p in protos if p.get("periods", 0) >= SHORT_PERIODS_AFTER
+             and p["meanPeriod"] <= 1.5 * batch]
+    if not short:
+        return []
+    losses = [p["lossPerMiniBatch"] for p in short if p["lossPerMiniBatch"] is not None]
+    return [f"lossThreshold {short[0]['lossThreshold']:g} is reached within about one "
             f"mini-batch on {len(short)} of {len(protos)} spokes (an exchange every "
             f"{min(p['meanPeriod'] for p in short):.0f} records, a mini-batch's summed loss "
-            f"about {max(p['lossPerMiniBatch'] for p in short):.3g}), so Adaptive exchanges as "
-            f"EASGD does after every mini-batch; raise trainingConfiguration.lossThreshold "
-            f"with an Update (it is a sum of the learner's losses)"]
-        return out
+            f"about {max(losses, default=math.nan):.3g}), so Adaptive exchanges as EASGD "
+            f"does after every mini-batch; raise trainingConfiguration.lossThreshold with an "
+            f"Update (it is a sum of the learner's losses)"]
 
 
 class AdaptiveSpoke(ElasticAveragingSpoke):
