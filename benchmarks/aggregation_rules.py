@@ -44,6 +44,7 @@ import numpy as np
 
 from flink_jobs.experiment import AGGREGATIONS, load, load_friedman
 from flink_jobs.local_run import stream_local
+from learning.datasets import diabetes, trump_approval
 
 PROTOCOLS = ("Synchronous", "SSP", "Asynchronous", "EASGD", "Adaptive", "FDA:naive",
              "FDA:linear", "FDA:sketch", "EVENFLOW:basic", "EVENFLOW:fast")
@@ -61,16 +62,9 @@ def stream(dataset: str) -> tuple[np.ndarray, np.ndarray]:
         X, y, _, _ = load_friedman(RECORDS, 0.0)
         return X, y
     if dataset == "diabetes":
-        from sklearn.datasets import load_diabetes
-
-        X, y = load_diabetes(return_X_y=True)
-        return np.tile(X, (5, 1)), np.tile(y, 5)
+        return diabetes()
     if dataset == "trump":
-        from river.datasets import TrumpApproval
-
-        data = list(TrumpApproval())
-        return (np.array([list(x.values()) for x, _ in data], dtype=np.float64),
-                np.array([t for _, t in data], dtype=np.float64))
+        return trump_approval()
     X, y = load(dataset)
     return (X[:RECORDS], y[:RECORDS]) if dataset == "waveform" else (X, y)
 

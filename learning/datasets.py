@@ -13,8 +13,8 @@ from typing import Iterable
 
 import numpy as np
 
-__all__ = ["shuttle", "phishing", "synth", "SYNTH", "drift", "DRIFT", "label_order",
-           "burst_order"]
+__all__ = ["shuttle", "phishing", "trump_approval", "diabetes", "synth", "SYNTH", "drift",
+           "DRIFT", "label_order", "burst_order"]
 
 
 def shuttle() -> tuple[np.ndarray, np.ndarray]:
@@ -86,6 +86,47 @@ def phishing() -> tuple[np.ndarray, np.ndarray]:
     from river.datasets import Phishing
 
     return _arrays(Phishing())
+
+
+def trump_approval() -> tuple[np.ndarray, np.ndarray]:
+    """River's bundled TrumpApproval regression dataset, in file order.
+
+    Returns
+    -------
+    X : (1001, 6) float64
+        The file's columns in its own order: ``ordinal_date``, then the approval polls of
+        ``gallup``, ``ipsos``, ``morning_consult``, ``rasmussen`` and ``you_gov``.
+    y : (1001,) float64
+        The approval rating, 37–48 (%), a drifting series of consecutive days.
+    """
+    from river.datasets import TrumpApproval
+
+    data = list(TrumpApproval())
+    return (np.array([list(x.values()) for x, _ in data], dtype=np.float64),
+            np.array([t for _, t in data], dtype=np.float64))
+
+
+def diabetes(repeats: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled diabetes regression dataset, ``repeats`` times over in file
+    order (a stream long enough for four spokes).
+
+    Returns
+    -------
+    X : (442 · repeats, 10) float64
+        Age, sex, body mass index, blood pressure and six serum measurements, each column
+        centred and scaled to unit norm by scikit-learn.
+    y : (442 · repeats,) float64
+        Disease progression one year after baseline, 25–346.
+
+    References
+    ----------
+    Efron, B., Hastie, T., Johnstone, I., Tibshirani, R. (2004) Least angle regression.
+    Annals of Statistics 32(2):407–499.
+    """
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    return np.tile(X, (repeats, 1)), np.tile(y, repeats).astype(np.float64)
 
 
 def _waveform(seed: int):

@@ -481,13 +481,10 @@ def test_fda_counts_a_drift_far_past_its_threshold_in_a_message():
     statistics on unscaled features: river's TrumpApproval, threshold 1) no longer
     overflows the message's 64-bit integer and stops the stream; the protocol syncs
     after every mini-batch, as that threshold asks, and lands at the centralized ridge."""
-    from river import datasets
-
     from flink_jobs.local_run import stream_local
+    from learning.datasets import trump_approval
 
-    data = list(datasets.TrumpApproval())
-    X = np.array([list(x.values()) for x, _ in data])
-    y = np.array([t for _, t in data])
+    X, y = trump_approval()
 
     def mae(protocol: str, spokes: int, **extra) -> float:
         request = {"id": 0, "request": "Create", "requestId": "c",

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from river import datasets, stats
+from river import stats
 
 from flink_jobs.local_run import stream_local
 from learning import Pipeline
+from learning.datasets import trump_approval
 from learning.errors import RequestError
 from learning.learners.pa_regressor import PARegressor
 from learning.preprocessors import StandardScaler, TargetStandardScaler
@@ -27,9 +28,7 @@ from operators.weights import ModelAssembler
 @pytest.fixture(scope="module")
 def trump():
     """river's TrumpApproval: 1,001 days, 6 features, approval 37–48 %."""
-    data = list(datasets.TrumpApproval())
-    return (np.array([list(x.values()) for x, _ in data], dtype=np.float64),
-            np.array([t for _, t in data], dtype=np.float64))
+    return trump_approval()
 
 
 @pytest.mark.parametrize("size", [1, 7, 64])
