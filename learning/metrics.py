@@ -74,7 +74,8 @@ from river import metrics as rm  # noqa: E402
 from river import stats  # noqa: E402
 
 __all__ = ["QualityState", "ConfusionCounts", "ErrorMoments", "BinaryScores", "report",
-           "values", "classification_values", "CHUNKS_PER_WINDOW", "SUPERVISED_TASKS"]
+           "values", "classification_values", "json_number", "CHUNKS_PER_WINDOW",
+           "SUPERVISED_TASKS"]
 
 #: a spoke's window is counted in about this many chunks (its granularity: 1/16 of it)
 CHUNKS_PER_WINDOW = 16
@@ -111,7 +112,7 @@ class ConfusionCounts(Counter):
         return out
 
 
-def _number(value: Any) -> float:
+def json_number(value: Any) -> float:
     """A statistic read back from JSON: NaN for null (an inf or NaN when it was sent)."""
     return math.nan if value is None else float(value)
 
@@ -174,9 +175,10 @@ class ErrorMoments:
         out = cls()
         n = int(d["n"])
         if n:
-            out.abs = stats.Mean._from_state(n, _number(d["meanAbsError"]))
-            out.sq = stats.Mean._from_state(n, _number(d["meanSquaredError"]))
-            out.y = stats.Var._from_state(n, _number(d["yMean"]), _number(d["yVariance"]))
+            out.abs = stats.Mean._from_state(n, json_number(d["meanAbsError"]))
+            out.sq = stats.Mean._from_state(n, json_number(d["meanSquaredError"]))
+            out.y = stats.Var._from_state(n, json_number(d["yMean"]),
+                                          json_number(d["yVariance"]))
         return out
 
     def values(self) -> dict:

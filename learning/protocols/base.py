@@ -22,7 +22,7 @@ from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, all_fit, de
                              declared_layout, inspect_record, vote_counter, vote_list)
 from learning.learners.base import label_key
 from learning.learners.labels import LabelIndex
-from learning.metrics import SUPERVISED_TASKS, QualityState, report
+from learning.metrics import SUPERVISED_TASKS, QualityState, json_number, report
 from learning.pipeline import Pipeline
 from learning.protocols.parameters import TRAINING_PARAMETERS
 from learning.registry import (make_learner, make_pipeline, make_preprocessor,
@@ -1053,7 +1053,7 @@ class PipelineHub(ModelWidth, Node):
         correct = sum(s["correct"] for s in spokes)
         # a spoke whose losses summed to inf or NaN reports null (JSON): the sum is NaN,
         # answered as null, never a Query that fails for good
-        loss = sum(math.nan if s["loss"] is None else s["loss"] for s in spokes)
+        loss = sum(json_number(s["loss"]) for s in spokes)
         net = [s["network"] for s in spokes]
         service: dict = {}
         for s in spokes:
