@@ -155,6 +155,10 @@ class Pipeline:
         loss_sum : float
             Sum of the learner's per-record training losses (hinge for PA, ``|y − ŷ|``
             for a regressor: behind a target scaler in the target's units).
+
+        The rows the learner left out of its step (``learner.refused_rows``, a network's
+        records whose loss is not finite in float32) count in neither sum; their
+        predictions are returned and mean nothing.
         proba : (n_records, len(learner.classes)) float64 or None, only with ``with_proba``
             Over ``learner.classes`` as they are after the batch, NaN for a class the
             learner did not know yet when it predicted the record (see
@@ -182,10 +186,14 @@ class Pipeline:
         else:
             predictions, loss_sum = self.learner.test_then_train(
                 X, fitted, X_test=None if X_test is X else X_test)
+        refused = self.learner.refused_rows  # left out of the step: out of the sums too
         if target is not None:  # back to the target's units, the loss (|y − ŷ|) too
             mapped = mean_before + std_before * np.asarray(predictions, dtype=np.float64)
             predictions = mapped.tolist()
-            loss_sum = float(np.abs(truth - mapped).sum())
+            errors = np.abs(truth - mapped)
+            if refused:
+                errors[list(refused)] = 0.0
+            loss_sum = float(errors.sum())
         if self.learner.task != "classification":
             n_correct = 0  # accuracy means nothing here
         else:
@@ -193,6 +201,9 @@ class Pipeline:
             # scalars, whose type names are their types
             n_correct = sum(1 for p, t in zip(predictions, labels)
                             if p == t and type(p) is type(t))
+            if refused:
+                n_correct -= sum(1 for i in refused if predictions[i] == labels[i]
+                                 and type(predictions[i]) is type(labels[i]))
         if with_proba:
             return predictions, n_correct, float(loss_sum), proba
         return predictions, n_correct, float(loss_sum)

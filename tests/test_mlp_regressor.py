@@ -193,31 +193,61 @@ def test_the_regression_experiment_reports_test_mse(tmp_path):
         assert after["test_mse"] < 0.8 * before["test_mse"], (before, after)
 
 
-@pytest.mark.parametrize("name,bad", [("MLPRegressor", "target"), ("MLP", "feature"),
-                                      ("CNN", "feature")])
-def test_a_mini_batch_beyond_float32_is_refused_and_the_network_kept(friedman, name, bad):
-    """The networks' weights are float32: a target of 1e100 (a valid JSON number, within
-    the records' ±1e150) or a feature of 1e39 fed without a scaler made the loss inf and
-    every weight NaN at the next step. The step is not taken: the mini-batch is refused
-    with the reason, the weights and the optimizer's state stay as they were."""
+def _network(name, friedman):
     X, y = friedman
     X = np.ascontiguousarray(X[:64, :9])
     if name == "MLPRegressor":
-        model, labels = MLPRegressor(hidden_layers=[8], seed=1), y[:64]
-    else:
-        hyper = {"image_shape": [1, 3, 3], "channels": [2], "hidden": 4} if name == "CNN" \
-            else {"hidden_layers": [8]}
-        model, labels = make_learner({"name": name, "hyperParameters": {**hyper, "seed": 1}}), \
-            [int(t > 14) for t in y[:64]]
+        return MLPRegressor(hidden_layers=[8], seed=1), X, y[:64]
+    hyper = {"image_shape": [1, 3, 3], "channels": [2], "hidden": 4} if name == "CNN" \
+        else {"hidden_layers": [8]}
+    return (make_learner({"name": name, "hyperParameters": {**hyper, "seed": 1}}), X,
+            [int(t > 14) for t in y[:64]])
+
+
+@pytest.mark.parametrize("name,bad", [("MLPRegressor", "target"), ("MLP", "feature"),
+                                      ("CNN", "feature"), ("MLPRegressor", "feature")])
+def test_a_record_beyond_float32_is_left_out_and_its_neighbours_learned(friedman, name,
+                                                                          bad):
+    """The networks' weights are float32: a target of 1e100 (a valid JSON number, within
+    the records' ±1e150) or a feature of 1e39 fed without a scaler made the loss inf and
+    every weight NaN at the next step, and then (a first guard) made its whole mini-batch
+    refused. Now that record alone is left out (``refused_rows``, with the reason): the
+    step is the one the other 15 records make without it, exactly."""
+    model, X, labels = _network(name, friedman)
+    twin, _, _ = _network(name, friedman)
     model.fit(X[:32], labels[:32])
-    before, state = model.get_params(), orjson.dumps(model.to_json())
+    twin.fit(X[:32], labels[:32])
     Xb, lb = X[32:48].copy(), list(labels[32:48])
     if bad == "target":
         lb[3] = 1e100
     else:
         Xb[3, 0] = 1e39
+    predictions, loss = model.test_then_train(Xb, lb)
+    assert model.refused_rows == (3,) and "not finite in float32" in model.refused_reason
+    keep = [i for i in range(16) if i != 3]
+    twin_predictions, twin_loss = twin.test_then_train(Xb[keep], [lb[i] for i in keep])
+    assert twin.refused_rows == ()
+    np.testing.assert_allclose(model.get_params(), twin.get_params(), rtol=1e-5, atol=1e-6)
+    assert math.isclose(loss, twin_loss, rel_tol=1e-5)
+    assert [predictions[i] for i in keep] == pytest.approx(twin_predictions, rel=1e-5) \
+        if name == "MLPRegressor" else [predictions[i] for i in keep] == twin_predictions
+    model.fit(X[48:], labels[48:])  # the next call leaves nothing out
+    assert model.refused_rows == () and np.all(np.isfinite(model.get_params()))
+
+
+@pytest.mark.parametrize("name", ["MLPRegressor", "MLP"])
+def test_a_mini_batch_the_model_cannot_step_on_is_refused_and_the_network_kept(friedman,
+                                                                                 name):
+    """Where no single record is to blame (every record beyond float32: nothing left to
+    step on), the step is not taken: the mini-batch is refused with the reason, the
+    weights and the optimizer's state stay as they were."""
+    model, X, labels = _network(name, friedman)
+    model.fit(X[:32], labels[:32])
+    before, state = model.get_params(), orjson.dumps(model.to_json())
+    Xb = X[32:48].copy()
+    Xb[:, 0] = 1e39
     with pytest.raises(ValueError, match="not finite in float32"):
-        model.test_then_train(Xb, lb)
+        model.test_then_train(Xb, list(labels[32:48]))
     np.testing.assert_array_equal(model.get_params(), before)
     assert orjson.dumps(model.to_json()) == state  # the optimizer's moments too
     model.fit(X[48:], labels[48:])  # and it goes on learning
@@ -226,10 +256,11 @@ def test_a_mini_batch_beyond_float32_is_refused_and_the_network_kept(friedman, n
 
 
 def test_the_pipeline_goes_on_and_the_query_answers_after_such_a_record():
-    """Through the job's kernels (2 spokes, TAP): the record's mini-batch is refused as
-    ``fit_failed`` (4 records, each dead-lettered with the reason), the global model stays
-    finite, forecasts are answered and Queries too; a spoke whose losses did sum to NaN
-    (a learner without the guard) no longer fails every Query of its pipeline."""
+    """Through the job's kernels (2 spokes, TAP): the record alone is refused as
+    ``fit_failed`` (dead-lettered with the reason; the other 3 of its mini-batch fitted),
+    the global model stays finite, forecasts are answered and Queries too; a spoke whose
+    losses did sum to NaN (a learner without the guard) no longer fails every Query of
+    its pipeline."""
     from operators.local import LocalNetwork
 
     net = LocalNetwork(n_spokes=2, n_hubs=1)
@@ -244,8 +275,9 @@ def test_the_pipeline_goes_on_and_the_query_answers_after_such_a_record():
              for i in range(5)]
     net.stream(recs)
     q = net.query()
-    assert q["fitted"] == 197 and q["rejectedBy"] == {"fit_failed": 4}
-    assert any("not finite in float32" in d["reason"] for d in net.outputs["deadLetters"])
+    assert q["fitted"] == 200 and q["rejectedBy"] == {"fit_failed": 1}
+    dead, = net.outputs["deadLetters"]
+    assert "not finite in float32" in dead["reason"] and dead["record"]["label"] == 1e100
     assert np.all(np.isfinite(net.hubs[0].shard()))
     assert all(type(p["prediction"]) is float for p in net.outputs["predictions"])
     net.spokes[1].loss_sum = math.nan

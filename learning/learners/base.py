@@ -189,6 +189,13 @@ class Learner(Component, abc.ABC):
     #: hyperparameter: :meth:`hyperparameters`, :meth:`clone` and :meth:`to_json` keep the
     #: declared step size, and a clone or a learner read from JSON runs at 1.
     step_scale: float = 1.0
+    #: The rows (indices into the last :meth:`fit` / :meth:`test_then_train` batch) that
+    #: call left out of its step, and why: the float32 networks leave out a record whose
+    #: own loss is not finite and step on the others (:func:`neural._finite_rows`). The
+    #: spoke dead-letters those records (``fit_failed``) and counts the rest; the loss
+    #: sum and the predictions' metrics leave them out. Empty for every other learner.
+    refused_rows: tuple[int, ...] = ()
+    refused_reason: str = ""
 
     @classmethod
     def declared_size(cls, hyperparameters: dict, parameters: dict) -> int:

@@ -141,6 +141,28 @@ def _load_optimizer(opt: Any, entries: list) -> None:
         raise ParameterError("optimizer", f"optimizer: {e}") from None
 
 
+#: why a network leaves a record out of its mini-batch's step (:func:`_finite_rows`)
+NONFINITE_ROW = ("its loss is not finite in float32: a target or feature beyond float32's "
+                 "range (±3.4e38 after the preprocessors; a TargetStandardScaler, a scaler); "
+                 "the other records of its mini-batch were learned")
+
+
+def _finite_rows(per_row: Any) -> np.ndarray | None:
+    """The rows to step on when a mini-batch's summed loss is not finite: those whose own
+    loss (``per_row``, a torch tensor ``(n_records,)``) is finite, as int64 indices; None
+    when every row's is (the sum overflowed, or the model diverged: :func:`_finite_step`
+    then refuses the whole mini-batch) or none is (nothing to step on: likewise). A record
+    of 1e39 or a target of 1e100 is inf in float32 and makes its own row inf or NaN, not
+    its neighbours' (no layer mixes records), so the others are learned as if it had not
+    come."""
+    import torch
+
+    finite = torch.isfinite(per_row.detach()).cpu().numpy()
+    if finite.all() or not finite.any():
+        return None
+    return np.flatnonzero(finite)
+
+
 def _finite_step(params: list, opt: Any, loss: Any) -> None:
     """``opt.step()`` once ``loss`` and the gradient of every tensor of ``params`` are
     finite (torch tensors; checked one by one, some 20 µs a step); else the gradients are
@@ -212,6 +234,11 @@ class _TorchTraining:
                                 device=self._theta_device())
         with torch.no_grad():
             vector_to_parameters(theta, self._params())
+
+    def _leave_out(self, keep: np.ndarray, n: int) -> None:
+        """Set :attr:`Learner.refused_rows` to the rows of ``range(n)`` not in ``keep``."""
+        self.refused_rows = tuple(np.setdiff1d(np.arange(n), keep).tolist())
+        self.refused_reason = NONFINITE_ROW
 
     def _network_json(self, out: dict, built: bool) -> dict:
         """``out`` plus, once the network is ``built``, ``params`` (the weights θ, not the
@@ -441,6 +468,7 @@ class _TorchClassifier(_TorchTraining, Learner):
     # --- batches ------------------------------------------------------------------------
 
     def _check_batch(self, X: Any, y: Sequence) -> tuple[np.ndarray, list]:
+        self.refused_rows = ()
         X = as_matrix(X, self.n_features)
         labels = as_labels(y)
         if len(labels) != X.shape[0]:
@@ -549,8 +577,17 @@ class _TorchClassifier(_TorchTraining, Learner):
             return predictions, 0.0, proba
         targets = torch.as_tensor(self._labels.rows(labels), device=logits.device)
         total = self._criterion(logits, targets, "sum")
+        n = len(labels)
+        if not bool(torch.isfinite(total)):
+            keep = _finite_rows(self._criterion(logits.detach(), targets, "none"))
+            if keep is not None:  # step on the rows whose loss is finite, forward again
+                # (a NaN row's zero gradient times its inf input is NaN in the backward pass)
+                self._leave_out(keep, n)
+                targets = targets[torch.as_tensor(keep, device=targets.device)]
+                total = self._criterion(self._logits(X[keep]), targets, "sum")
+                n = len(keep)
         self._opt.zero_grad(set_to_none=True)
-        (total / len(labels)).backward()
+        (total / n).backward()
         _finite_step(self._params(), self._opt, total)
         return predictions, float(total.detach()), proba
 
@@ -1056,6 +1093,7 @@ class MLPRegressor(_TorchTraining, Regressor):
     # --- learning -----------------------------------------------------------------------
 
     def _checked(self, X: Any, y: Sequence) -> tuple[np.ndarray, np.ndarray]:
+        self.refused_rows = ()
         X, t = self._check_targets(X, y, self.n_features)
         if self._net is None and X.shape[0]:
             self._build(X.shape[1])
@@ -1079,6 +1117,12 @@ class MLPRegressor(_TorchTraining, Regressor):
         out = self._forward(X)
         target = torch.as_tensor(t, dtype=torch.float32, device=out.device)
         loss = torch.nn.functional.mse_loss(out, target)
+        if not bool(torch.isfinite(loss)):
+            keep = _finite_rows((out.detach() - target) ** 2)
+            if keep is not None:  # as the classifiers' _step
+                self._leave_out(keep, len(t))
+                loss = torch.nn.functional.mse_loss(self._forward(X[keep]), target[
+                    torch.as_tensor(keep, device=target.device)])
         self._opt.zero_grad(set_to_none=True)
         loss.backward()
         _finite_step(self._params(), self._opt, loss)
@@ -1128,7 +1172,10 @@ class MLPRegressor(_TorchTraining, Regressor):
         tested = None if X_test is None else self._predict_array(X_test)
         before = self._step(X, t)
         predictions = before if tested is None else tested
-        return predictions.tolist(), float(np.abs(t - predictions).sum())
+        errors = np.abs(t - predictions)
+        if self.refused_rows:
+            errors[list(self.refused_rows)] = 0.0
+        return predictions.tolist(), float(errors.sum())
 
     def _predict_array(self, X: np.ndarray) -> np.ndarray:
         import torch

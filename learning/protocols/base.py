@@ -775,6 +775,10 @@ class PipelineSpoke(ModelWidth, Node):
                 self.refuse({"features": features, "label": label}, refused)
             batch.failed = True  # no later pass over records that were refused
             return
+        refused = self.pipeline.learner.refused_rows
+        if refused:
+            predictions, proba, y = self._refuse_rows(batch, refused, predictions, proba)
+            X = batch.X
         self.fitted += len(X)
         if self.quality is not None:
             self.quality.update(y, predictions, proba,
@@ -783,6 +787,22 @@ class PipelineSpoke(ModelWidth, Node):
         self.loss_sum += float(loss)
         self.batches += 1
         self._batch_fitted(len(X))
+
+    def _refuse_rows(self, batch: "_Batch", rows: tuple[int, ...], predictions: list,
+                     proba: Any) -> tuple[list, Any, list]:
+        """The records of ``batch`` the learner left out of its step (``rows``,
+        :attr:`Learner.refused_rows`) are dead-lettered (``fit_failed``, with the learner's
+        reason) and leave the batch, so later passes and replays do not see them; returns
+        the predictions, probabilities and labels of the records kept."""
+        reason = RecordRejected(f"the learner left the record out of its mini-batch: "
+                                f"{self.pipeline.learner.refused_reason}", "fit_failed")
+        out = set(rows)
+        keep = [i for i in range(len(batch.y)) if i not in out]
+        for i in rows:
+            self.refuse({"features": batch.X[i].tolist(), "label": batch.y[i]}, reason)
+        batch.X, batch.y = batch.X[keep], [batch.y[i] for i in keep]
+        return ([predictions[i] for i in keep], None if proba is None else proba[keep],
+                batch.y)
 
     #: mini-batches after which the protocol hook failed; a class default for snapshots
     #: taken before it was counted
