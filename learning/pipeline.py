@@ -155,16 +155,16 @@ class Pipeline:
         loss_sum : float
             Sum of the learner's per-record training losses (hinge for PA, ``|y − ŷ|``
             for a regressor: behind a target scaler in the target's units).
-
-        The rows the learner left out of its step (``learner.refused_rows``, a network's
-        records whose loss is not finite in float32) count in neither sum; their
-        predictions are returned and mean nothing.
         proba : (n_records, len(learner.classes)) float64 or None, only with ``with_proba``
             Over ``learner.classes`` as they are after the batch, NaN for a class the
             learner did not know yet when it predicted the record (see
             :meth:`learning.learners.Learner.test_then_train`); None for learners without
             probabilities (``learner.has_proba`` False: PA, SVM, ridge, regressors,
             k-means).
+
+        The rows the learner left out of its step (``learner.refused_rows``: a network's
+        records whose loss is not finite in float32) count in neither sum; their
+        predictions are returned and mean nothing.
         """
         X = as_matrix(X)
         labels = as_labels(y) if self.learner.supervised else list(y)

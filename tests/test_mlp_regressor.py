@@ -212,7 +212,7 @@ def test_a_record_beyond_float32_is_left_out_and_its_neighbours_learned(friedman
     the records' ±1e150) or a feature of 1e39 fed without a scaler made the loss inf and
     every weight NaN at the next step, and then (a first guard) made its whole mini-batch
     refused. Now that record alone is left out (``refused_rows``, with the reason): the
-    step is the one the other 15 records make without it, exactly."""
+    step is the one the other 15 records make without it (to float32 rounding)."""
     model, X, labels = _network(name, friedman)
     twin, _, _ = _network(name, friedman)
     model.fit(X[:32], labels[:32])
