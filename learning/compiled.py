@@ -41,8 +41,8 @@ import numpy as np
 
 from learning.native import run_in_own_thread
 
-__all__ = ["compile_all", "best_row", "label_and_rival", "move_apart", "pa_tau", "pa_walk",
-           "pa_regress_walk", "svm_walk", "rls_prequential", "moments_prefix",
+__all__ = ["compile_all", "best_row", "label_and_rival", "move_apart", "moves_finite", "pa_tau",
+           "pa_walk", "pa_regress_walk", "svm_walk", "rls_prequential", "moments_prefix",
            "standard_prequential"]
 
 _F2 = "float64[:, ::1]"
@@ -116,8 +116,19 @@ def move_apart(X, i, Wb, yi, ri, c, learn_intercept):
         Wb[ri, d] -= c
 
 
+def moves_finite(X, i, Wb, yi, ri, c, learn_intercept):
+    """Whether :func:`move_apart` with these arguments leaves rows ``yi`` and ``ri`` of
+    ``Wb`` finite (nothing is written): a step that would not is refused."""
+    d = X.shape[1]
+    for j in range(d):
+        u = X[i, j] * c
+        if not (np.isfinite(Wb[yi, j] + u) and np.isfinite(Wb[ri, j] - u)):
+            return False
+    return not learn_intercept or (np.isfinite(Wb[yi, d] + c) and np.isfinite(Wb[ri, d] - c))
+
+
 def pa_walk(X, X_test, Wb, yidx, start, predict_start, want, C, mode, half_C,
-            learn_intercept, pred, out):
+            learn_intercept, refused, pred, out):
     """Records ``start..`` of a mini-batch, one multi-class PA step each (Crammer et al.
     2006, §3 and §7), in place on ``Wb`` (K, d + 1) float64: rows ``[w_k | b_k]``.
 
@@ -138,10 +149,15 @@ def pa_walk(X, X_test, Wb, yidx, start, predict_start, want, C, mode, half_C,
         As :func:`pa_tau`.
     learn_intercept : bool
         Whether ``b`` moves.
+    refused : (n,) int64
+        Out: from ``refused[int(out[2])]`` on, the index of each record whose step would
+        have left ``Wb`` inf or NaN (PA's ``l / ‖x‖²`` on a record of tiny norm, or
+        weights already near float64's limit): its step is not taken and its loss not
+        added.
     pred : (n,) int64
         Out: the row predicted for each record (-1: no class yet), when ``want``.
-    out : (2,) float64
-        Added to: ``[loss sum, updates]``.
+    out : (3,) float64
+        Added to: ``[loss sum, updates, records refused]``.
 
     Returns
     -------
@@ -166,15 +182,19 @@ def pa_walk(X, X_test, Wb, yidx, start, predict_start, want, C, mode, half_C,
         if loss <= 0.0:
             continue
         tau = pa_tau(X, i, loss, C, mode, half_C)
-        out[0] += loss
         if tau > 0.0:
+            if not moves_finite(X, i, Wb, yi, ri, 0.5 * tau, learn_intercept):
+                refused[int(out[2])] = i
+                out[2] += 1.0
+                continue
             move_apart(X, i, Wb, yi, ri, 0.5 * tau, learn_intercept)
             out[1] += 1.0
+        out[0] += loss
     return n
 
 
 def pa_regress_walk(X, X_test, has_test, wb, targets, C, mode, half_C, eps, learn_intercept,
-                    pred):
+                    refused, pred):
     """A mini-batch ``X`` (n, d), one PA regression step per record (Crammer et al. 2006
     §4, the ε-insensitive loss; :class:`learning.learners.PARegressor` states it), in
     place on ``wb`` (d + 1,) float64 = ``[w | b]``.
@@ -193,10 +213,19 @@ def pa_regress_walk(X, X_test, has_test, wb, targets, C, mode, half_C, eps, lear
         The width of the insensitive band.
     learn_intercept : bool
         Whether ``b`` moves.
+    refused : (n,) int64
+        Out: the index of each record whose step would have left ``wb`` inf or NaN (as
+        :func:`pa_walk`'s), in order: its step is not taken.
     pred : (n,) float64
         Out: each record's prediction (``X_test[i]``) before its update.
+
+    Returns
+    -------
+    int
+        How many records were refused (the first entries of ``refused``).
     """
     n, d = X.shape
+    refusals = 0
     for i in range(n):
         p = 0.0
         for j in range(d):
@@ -216,10 +245,19 @@ def pa_regress_walk(X, X_test, has_test, wb, targets, C, mode, half_C, eps, lear
         tau = pa_tau(X, i, loss, C, mode, half_C)
         if tau > 0.0:
             step = tau if err > 0.0 else -tau
+            finite = not learn_intercept or np.isfinite(wb[d] + step)
+            for j in range(d):
+                if not np.isfinite(wb[j] + X[i, j] * step):
+                    finite = False
+            if not finite:
+                refused[refusals] = i
+                refusals += 1
+                continue
             for j in range(d):
                 wb[j] += X[i, j] * step
             if learn_intercept:
                 wb[d] += step
+    return refusals
 
 
 def svm_walk(X, X_test, Wb, yidx, start, predict_start, want, lam, radius2,
@@ -380,10 +418,11 @@ _SIGNATURES = {
     "label_and_rival": f"Tuple((float64, float64, int64))({_F2}, int64, {_F2}, int64)",
     "move_apart": f"void({_F2}, int64, {_F2}, int64, int64, float64, boolean)",
     "pa_tau": f"float64({_F2}, int64, float64, float64, int64, float64)",
+    "moves_finite": f"boolean({_F2}, int64, {_F2}, int64, int64, float64, boolean)",
     "pa_walk": f"int64({_F2}, {_F2}, {_F2}, {_I1}, int64, boolean, boolean, float64, int64, "
-               f"float64, boolean, {_I1}, {_F1})",
-    "pa_regress_walk": f"void({_F2}, {_F2}, boolean, {_F1}, {_F1}, float64, int64, float64, "
-                       f"float64, boolean, {_F1})",
+               f"float64, boolean, {_I1}, {_I1}, {_F1})",
+    "pa_regress_walk": f"int64({_F2}, {_F2}, boolean, {_F1}, {_F1}, float64, int64, float64, "
+                       f"float64, boolean, {_I1}, {_F1})",
     "svm_walk": f"int64({_F2}, {_F2}, {_F2}, {_I1}, int64, boolean, boolean, float64, "
                 f"float64, boolean, {_I1}, {_I1}, {_F1})",
     "rls_prequential": f"void({_F2}, {_F2}, {_F1}, int64, int64, {_F2}, {_F1}, {_F1}, {_F1})",

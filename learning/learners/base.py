@@ -18,8 +18,13 @@ import numpy as np
 from learning.component import Component
 
 __all__ = ["Learner", "label_key", "as_labels", "as_matrix", "as_test_matrix", "widen_proba",
-           "declared_width"]
+           "declared_width", "NONFINITE_STEP"]
 
+#: :attr:`Learner.refused_rows`' reason where a record's step would leave the weights of a
+#: float64 linear learner inf or NaN (PA's ``l / ‖x‖²`` on a record of tiny norm in mode 0,
+#: or a target near float64's limit): the record is left out, the model kept.
+NONFINITE_STEP = ("its step would make the model's weights inf or NaN (a record of tiny "
+                  "norm under PA's uncapped step, or a target near float64's limit)")
 #: JSON scalar types a label may have. ``bool`` is its own type: ``True`` is not ``1``.
 LABEL_TYPES = (bool, int, float, str)
 
@@ -191,9 +196,11 @@ class Learner(Component, abc.ABC):
     step_scale: float = 1.0
     #: The rows (indices into the last :meth:`fit` / :meth:`test_then_train` batch) that
     #: call left out of its step, and why: the float32 networks leave out a record whose
-    #: own loss is not finite and step on the others (:func:`neural._finite_rows`). The
-    #: spoke dead-letters those records (``fit_failed``) and counts the rest; the loss
-    #: sum and the predictions' metrics leave them out. Empty for every other learner.
+    #: own loss is not finite and step on the others (:func:`neural._finite_rows`); PA
+    #: (classifier and regressor) leaves out a record whose step would make its weights
+    #: inf or NaN (:data:`NONFINITE_STEP`). The spoke dead-letters those records
+    #: (``fit_failed``) and counts the rest; the loss sum and the predictions' metrics
+    #: leave them out. Empty for every other learner.
     refused_rows: tuple[int, ...] = ()
     refused_reason: str = ""
 

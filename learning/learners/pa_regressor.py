@@ -14,6 +14,7 @@ import numpy as np
 
 from learning import compiled
 from learning.hyperparameters import Hyperparameter, check_stored
+from learning.learners.base import NONFINITE_STEP
 from learning.learners.regressor import LinearRegressor
 
 __all__ = ["PARegressor"]
@@ -43,6 +44,10 @@ class PARegressor(LinearRegressor):
     Mini-batches change nothing: :meth:`test_then_train` predicts record ``i`` with the
     model after records ``< i``. ``loss`` is the sum of absolute errors and ``score`` the
     negative MAE (:class:`learning.learners.regressor.Regressor`).
+
+    A record whose step would leave ``w`` or ``b`` inf or NaN (mode 0's ``l / q`` on a
+    record of tiny norm, a target near float64's limit) is not learned: it is named in
+    :attr:`~learning.learners.Learner.refused_rows` and its error is left out of the loss.
 
     Parameters
     ----------
@@ -134,6 +139,9 @@ class PARegressor(LinearRegressor):
         if not self._wb.flags.c_contiguous:  # (a loaded model)
             self._wb = np.ascontiguousarray(self._wb)
         pred = np.empty(X.shape[0])
-        compiled.pa_regress_walk(X, X_test, has_test, self._wb, targets, C, mode, 0.5 / C, eps,
-                                 bool(self.learn_intercept), pred)
+        refused = np.empty(X.shape[0], dtype=np.int64)
+        n = compiled.pa_regress_walk(X, X_test, has_test, self._wb, targets, C, mode, 0.5 / C,
+                                     eps, bool(self.learn_intercept), refused, pred)
+        self.refused_rows = tuple(refused[:n].tolist()) if n else ()
+        self.refused_reason = NONFINITE_STEP
         return pred.tolist()

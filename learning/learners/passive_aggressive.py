@@ -14,6 +14,7 @@ import numpy as np
 
 from learning import compiled
 from learning.hyperparameters import Hyperparameter, check_stored
+from learning.learners.base import NONFINITE_STEP
 from learning.learners.linear import LinearClassifier
 
 __all__ = ["PAClassifier"]
@@ -45,6 +46,10 @@ class PAClassifier(LinearClassifier):
     multi-class PA (§7) with the class-sensitive feature map ``e_k ⊗ x``, whose
     ``‖Φ(x, y) - Φ(x, r)‖² = 2 q``: modes 0 is exactly theirs, and modes 1 and 2 are
     theirs with aggressiveness ``C / 2``.
+
+    A record whose step would leave ``W`` or ``b`` inf or NaN (mode 0's ``l / q`` on a
+    record of tiny norm) is not learned: it is named in
+    :attr:`~learning.learners.Learner.refused_rows` and its loss is left out of the sum.
 
     Labels are JSON scalars kept in canonical order (sort key ``(type name, label)``;
     ``True`` is not ``1``). A new label gets a zero row at its sorted position when it is
@@ -128,7 +133,10 @@ class PAClassifier(LinearClassifier):
         loop :func:`learning.compiled.pa_walk` (:meth:`LinearClassifier._walk`)."""
         compiled.compile_all()
         C, mode = float(self.C) * self.step_scale, int(self.mode)
-        totals = np.zeros(2)  # loss sum, updates
+        totals = np.zeros(3)  # loss sum, updates, records refused
+        refused = np.empty(X.shape[0], dtype=np.int64)
         predictions = self._walk(compiled.pa_walk, X, labels, X_test, want_predictions,
-                                 (C, mode, 0.5 / C, bool(self.learn_intercept)), totals)
+                                 (C, mode, 0.5 / C, bool(self.learn_intercept), refused), totals)
+        self.refused_rows = tuple(refused[:int(totals[2])].tolist()) if totals[2] else ()
+        self.refused_reason = NONFINITE_STEP
         return predictions, float(totals[0])

@@ -170,7 +170,10 @@ class LinearRegressor(Regressor, abc.ABC):
         if not t.size:
             return [], 0.0
         predictions = np.asarray(self._learn(X, t, X_test, want_predictions=True))
-        return predictions.tolist(), float(np.abs(t - predictions).sum())
+        errors = np.abs(t - predictions)
+        if self.refused_rows:  # left out of the step (Learner.refused_rows): out of the sum
+            errors[list(self.refused_rows)] = 0.0
+        return predictions.tolist(), float(errors.sum())
 
     @property
     def coef(self) -> np.ndarray:

@@ -57,6 +57,11 @@ HELD_AT_MOST_PER_QUORUM = 4096
 #: tuned value (a crossing brings ``max_batch_records``, 250 by default, at most). The gain, on
 #: Shuttle's demo pipeline: docs/performance.md, "Forecasts predicted together".
 FORECASTS_PER_CALL = 256
+#: The reason of a forecasting record whose regression prediction is inf or NaN (its
+#: features overflow the model's score): dead-lettered (``predict_failed``), where JSON
+#: would have carried a ``null`` prediction that looks like "nothing learned yet".
+NONFINITE_PREDICTION = ("its prediction is not finite (inf or NaN): a feature too large for "
+                        "this model's score")
 #: Records of one Kafka message (a JSON array), at least, that a pipeline takes as a group
 #: (:meth:`PipelineSpoke.on_records`): checked in one pass and buffered by slices, the same
 #: records, order, mini-batches and predictions as one at a time. Fewer go one by one.
@@ -504,6 +509,11 @@ class PipelineSpoke(ModelWidth, Node):
             for rec in recs:
                 self._forecast_one(rec, with_scores)
             return
+        if self._task == "regression" and not np.isfinite(
+                np.asarray(predictions, dtype=np.float64)).all():
+            for rec in recs:  # an overflowing score: that record alone is refused, in order
+                self._forecast_one(rec, with_scores)
+            return
         self.predicted += len(recs)
         if isinstance(predictions, np.ndarray) and (predictions.dtype.kind in "biuUO"
                                                     or predictions.dtype == np.float64):
@@ -700,6 +710,8 @@ class PipelineSpoke(ModelWidth, Node):
             prediction = self.pipeline.predict(X)[0]
         except (ValueError, TypeError, ArithmeticError, RuntimeError) as exc:
             raise RecordRejected(f"the learner cannot predict it: {exc}", "predict_failed") from exc
+        if self._task == "regression" and not math.isfinite(prediction):
+            raise RecordRejected(NONFINITE_PREDICTION, "predict_failed")
         self.predicted += 1
         return prediction
 
