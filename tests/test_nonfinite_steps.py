@@ -5,10 +5,14 @@ PA's uncapped step (mode 0, ``l / ‖x‖²``) on a record of tiny norm, or a re
 near float64's limit, used to leave the weights inf or NaN for good: every later prediction
 of the pipeline was garbage or ``null``. A forecasting record whose features overflow a
 regressor's score went out as ``"prediction": null``, counted as predicted, with no reason.
+Ridge's statistics went inf for good on a record whose square overflows (a feature of 1e149
+through ``PolynomialFeatures``), and k-means' matching of centers that far apart raised
+in every later BSP round and TensAIR exchange, so the pipeline never synchronized again.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -109,3 +113,55 @@ def test_a_forecast_whose_prediction_is_not_finite_is_dead_lettered_with_its_rea
     assert letter["record"]["id"] == 101
     q = net.query()
     assert q["predicted"] == 2 and q["rejectedBy"] == {"predict_failed": 1}
+
+
+def test_ridge_leaves_out_a_record_whose_statistics_overflow_and_learns_the_rest():
+    from learning.learners import OnlineRidge
+
+    X, _, t = _stream(48)
+    model, twin = OnlineRidge(), OnlineRidge()
+    model.fit(X[16:], t[16:])
+    twin.fit(X[16:], t[16:])
+    bad = np.insert(X[:16], 9, [1e200, 1.0, 1.0], axis=0)  # 1e200² overflows: G would be inf
+    predictions, loss = model.test_then_train(bad, t[:9] + [3.0] + t[9:16])
+    expected, twin_loss = twin.test_then_train(X[:16], t[:16])
+    assert model.refused_rows == (9,) and model.refused_reason == NONFINITE_STEP
+    assert np.array_equal(model.get_params(), twin.get_params())
+    assert predictions[:9] + predictions[10:] == expected
+    assert loss == pytest.approx(twin_loss, rel=1e-12)
+    model.fit(X[:4], t[:4])
+    assert model.refused_rows == () and np.isfinite(model.get_params()).all()
+
+
+def test_kmeans_assigns_and_matches_centers_beyond_float64s_squares():
+    from learning.learners import KMeans
+
+    model = KMeans(n_clusters=2, init_size=2, seed=0)
+    model.fit(np.array([[1e200, 0.0], [-1e200, 0.0]]))  # squared distances overflow
+    assert model.predict(np.array([[9e199, 5.0], [-2e200, 1.0]])) == [
+        int(np.argmax(model.centers[:, 0])), int(np.argmin(model.centers[:, 0]))]
+    w = model.get_params()
+    swapped = w.reshape(2, -1)[::-1].ravel()  # the same clusters in the other order
+    [matched] = model.match([swapped], w)  # raised "matrix contains invalid numeric entries"
+    assert np.array_equal(matched, w)
+
+
+@pytest.mark.parametrize("protocol", ["Synchronous", "TensAIR"])
+def test_kmeans_pipelines_go_on_synchronizing_after_records_beyond_float64s_squares(protocol,
+                                                                                     caplog):
+    rng = np.random.default_rng(0)
+    net = LocalNetwork(n_spokes=2, n_hubs=1, reraise=True)
+    net.request({"id": 0, "request": "Create", "preProcessors": [{"name": "PolynomialFeatures"}],
+                 "learner": {"name": "KMeans", "hyperParameters": {"n_clusters": 3}},
+                 "trainingConfiguration": {"protocol": protocol, "miniBatchSize": 4}})
+    recs = [(True, {"id": i, "features": rng.normal(size=2).tolist()}) for i in range(300)]
+    for i in (40, 41, 120):  # squared by the preprocessor: 1e298
+        recs[i][1]["features"] = [1e149, -1e149]
+    net.stream(recs)
+    q = net.query()
+    assert q["status"] == "ok" and q["fitted"] + q["rejected"] >= 280
+    assert q["protocol"].get("syncFailures", 0) == 0
+    assert all(s.get("protocolErrors", 0) == 0 and s.get("syncFailures", 0) == 0
+               for s in q["spokes"])
+    failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not failures, failures[:3]  # a fold or an exchange that raised is only logged

@@ -44,9 +44,20 @@ def _counts_centers(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """``(n, k)`` squared Euclidean distances, never negative."""
+    """``(n, k)`` squared Euclidean distances, never negative (inf or NaN where a square
+    overflows float64: coordinates beyond about 1e154; :func:`_scaled_sq_distances`)."""
     D = (X * X).sum(axis=1)[:, None] - 2.0 * (X @ C.T) + (C * C).sum(axis=1)[None, :]
     return np.maximum(D, 0.0)
+
+
+def _scaled_sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """:func:`_sq_distances` of ``X`` and ``C`` both divided by their largest magnitude:
+    finite for any finite coordinates, and ordered as the true distances, which is all
+    an assignment needs (the nearest center, a matching of centers)."""
+    s = max(float(np.abs(X).max(initial=0.0)), float(np.abs(C).max(initial=0.0)))
+    if not 0.0 < s < np.inf:
+        return np.nan_to_num(_sq_distances(X, C), nan=np.inf)
+    return _sq_distances(X / s, C / s)
 
 
 class KMeans(Learner):
@@ -290,7 +301,15 @@ class KMeans(Learner):
         return D
 
     def _nearest(self, X: np.ndarray) -> np.ndarray:
-        return self._distances(X).argmin(axis=1)
+        D = self._distances(X)
+        nearest = D.argmin(axis=1)
+        overflow = ~np.isfinite(D[np.arange(len(D)), nearest])
+        if overflow.any() and (self.counts > 0).any():  # a square beyond float64: rescaled
+            for i in np.flatnonzero(overflow):
+                row = _scaled_sq_distances(X[i:i + 1], self.centers)[0]
+                row[self.counts <= 0] = np.inf
+                nearest[i] = row.argmin()
+        return nearest
 
     def predict(self, X: np.ndarray) -> list:
         """Index of the nearest center per record (an int); None while seeding.
@@ -455,6 +474,9 @@ class KMeans(Learner):
                 out.append(v)
                 continue
             cost = _sq_distances(C, ref_c)
+            if not np.isfinite(cost).all():  # centers beyond 1e154: the same matching, scaled
+                cost = _scaled_sq_distances(C, ref_c)
+                cost[~np.isfinite(cost)] = np.finfo(np.float64).max
             cost[n <= 0, :] = 0.0
             cost[:, ref_n <= 0] = 0.0
             rows, cols = linear_sum_assignment(cost)

@@ -17,7 +17,7 @@ import numpy as np
 from learning import compiled
 from learning.errors import ParameterError
 from learning.hyperparameters import Hyperparameter, check_stored
-from learning.learners.base import declared_width
+from learning.learners.base import NONFINITE_STEP, declared_width
 from learning.learners.linear import check_n_features, load_matrix
 from learning.learners.regressor import LinearRegressor
 
@@ -37,7 +37,11 @@ class OnlineRidge(LinearRegressor):
     out and ``b = 0``. A mini-batch adds ``X̃ᵀ X̃`` and ``X̃ᵀ y`` and solves once
     (``O(n d² + d³)``); :meth:`test_then_train` also predicts record ``i`` with the solution
     after records ``< i``, by rank-one Sherman–Morrison (RLS) steps through the batch, so
-    mini-batches change no prediction.
+    mini-batches change no prediction. A record whose ``x̃ x̃ᵀ`` or ``y x̃`` is not finite
+    (coordinates beyond about 1e154, e.g. a feature of 1e100 squared by
+    ``PolynomialFeatures``) is not learned: it would make the statistics inf for good; it
+    is named in :attr:`~learning.learners.Learner.refused_rows` (all of the mini-batch's
+    records where the statistics themselves would pass float64's limit).
 
     **The flat vector is the statistics, not the weights**: ``[upper triangle of G, row by
     row | h]``. Statistics are additive (:attr:`additive`), so the sum of the spokes'
@@ -164,14 +168,36 @@ class OnlineRidge(LinearRegressor):
         """Add the batch to the statistics and solve once; the predictions, if wanted, by
         the solution on all records before each (:meth:`_prequential`)."""
         XA = self._augment(X)
+        G, h = self._G + XA.T @ XA, self._h + XA.T @ t
+        self.refused_rows = ()
+        if not (np.isfinite(G).all() and np.isfinite(h).all()):
+            keep = self._finite_rows(XA, t)
+            self.refused_rows = tuple(np.flatnonzero(~keep).tolist())
+            self.refused_reason = NONFINITE_STEP
+            G = self._G + XA[keep].T @ XA[keep]
+            h = self._h + XA[keep].T @ t[keep]
+            if not (np.isfinite(G).all() and np.isfinite(h).all()):
+                keep[:] = False  # the statistics themselves near float64's limit
+                self.refused_rows = tuple(range(len(XA)))
+                G, h = self._G, self._h
         predictions = None
         if want_predictions:
             XT = XA if X_test is None else self._augment(X_test)
-            predictions = self._prequential(XA, XT, t)
-        self._G += XA.T @ XA
-        self._h += XA.T @ t
+            if self.refused_rows:  # the others as if the refused records had not come
+                predictions = np.full(len(XA), np.nan)
+                predictions[keep] = self._prequential(XA[keep], XT[keep], t[keep])
+            else:
+                predictions = self._prequential(XA, XT, t)
+        self._G, self._h = G, h
         self._solve()
         return predictions
+
+    @staticmethod
+    def _finite_rows(XA: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Which records' own terms ``x xᵀ`` and ``t x`` are finite: ``(n,)`` bool."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            big = np.abs(XA).max(axis=1)
+            return np.isfinite(big * big) & np.isfinite(np.abs(t) * big)
 
     def _prequential(self, XA: np.ndarray, XT: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Predictions of ``XT[i]`` by the solution after records ``< i`` (RLS steps on a
