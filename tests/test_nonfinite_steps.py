@@ -87,7 +87,7 @@ def test_the_kernels_dead_letter_that_record_alone_and_predict_as_without_it():
     q = net.query()
     assert q["fitted"] == 200 and q["rejectedBy"] == {"fit_failed": 1}
     (letter,) = net.outputs["deadLetters"]
-    assert letter["record"] == {"features": TINY, "label": 1}
+    assert letter["record"] == {"features": TINY, "label": 1}  # the mini-batch keeps no id
     assert letter["code"] == "fit_failed" and NONFINITE_STEP in letter["reason"]
     assert net.outputs["predictions"] == twin.outputs["predictions"]
     for spoke in net.spokes:
@@ -165,3 +165,4 @@ def test_kmeans_pipelines_go_on_synchronizing_after_records_beyond_float64s_squa
                for s in q["spokes"])
     failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not failures, failures[:3]  # a fold or an exchange that raised is only logged
+
