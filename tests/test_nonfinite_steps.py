@@ -165,4 +165,3 @@ def test_kmeans_pipelines_go_on_synchronizing_after_records_beyond_float64s_squa
                for s in q["spokes"])
     failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not failures, failures[:3]  # a fold or an exchange that raised is only logged
-
