@@ -509,8 +509,9 @@ class PipelineSpoke(ModelWidth, Node):
             for rec in recs:
                 self._forecast_one(rec, with_scores)
             return
-        if self._task == "regression" and not np.isfinite(
-                np.asarray(predictions, dtype=np.float64)).all():
+        if self._task == "regression" and not (
+                np.isfinite(predictions).all() if isinstance(predictions, np.ndarray)
+                else all(map(math.isfinite, predictions))):
             for rec in recs:  # an overflowing score: that record alone is refused, in order
                 self._forecast_one(rec, with_scores)
             return
