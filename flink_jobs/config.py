@@ -211,6 +211,15 @@ class JobConfig:
         Hubs publish every pipeline's global model to the weights topic
         (``topics.weights``; :mod:`operators.weights`, papers/003 Fig. 1), where
         :class:`flink_jobs.follower.ModelFollower` and ``omldm predict`` read it.
+    idle_after_ms : int
+        A spoke that got no data record for between one and two of these intervals
+        (milliseconds) acts as at a Query for each pipeline (:meth:`operators.spoke_kernel.
+        SpokeKernel.on_lull`): it fits what it holds and, under BSP, SSP with a bound and
+        TensAIR with ``maxStaleness``, pushes it, then at the next quiet interval pushes as
+        idle, so that no round waits for a spoke whose records ran out (the end of a file,
+        an idle Kafka partition under ``partition`` sharding) and the others run to the
+        end without a Query. 0: only Queries do it. Default 5,000: a gap shorter than 5 s
+        changes nothing, and a stream's last records are fitted 10-25 s after it ends.
     weights_every_ms : int
         Milliseconds between two publications of one pipeline's model (per hub); 0: after
         every synchronization. A change held back is published once the interval has
@@ -278,6 +287,7 @@ class JobConfig:
     prediction_arrays: bool = False
     publish_weights: bool = True
     weights_every_ms: int = 1000
+    idle_after_ms: int = 5000
     checkpoint_interval_ms: int = 10_000
     checkpoint_dir: str = ""
     exactly_once_outputs: bool = False
@@ -323,7 +333,8 @@ class JobConfig:
             raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
         for name in ("buffer_timeout_ms", "fetch_max_wait_ms", "feedback_fetch_max_wait_ms",
                      "bundle_time_ms", "switch_interval_ms",
-                     "checkpoint_interval_ms", "max_batch_delay_ms", "weights_every_ms"):
+                     "checkpoint_interval_ms", "max_batch_delay_ms", "weights_every_ms",
+                     "idle_after_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("sharding_clusters", "sharding_refresh"):

@@ -363,7 +363,8 @@ def build_job(env: StreamExecutionEnvironment, cfg: JobConfig, job_name: str = "
                                      to_spokes_tag, join_predictions=batched,
                                      switch_interval_ms=cfg.switch_interval_ms,
                                      spoke_keys=spoke_keys, parallelism=cfg.spoke_subtasks,
-                                     prediction_arrays=cfg.prediction_arrays),
+                                     prediction_arrays=cfg.prediction_arrays,
+                                     idle_after_ms=cfg.idle_after_ms),
                        output_type=Types.STRING())
               .name("spokes").uid("spokes").set_parallelism(cfg.spoke_subtasks))
     predictions = spokes

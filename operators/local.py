@@ -255,6 +255,14 @@ class LocalNetwork:
         assert len(responses) == before + 1, responses[before:]
         return responses[-1]
 
+    def lull(self) -> None:
+        """Every spoke's lull timer fires once (the job's ``JobConfig.idle_after_ms``:
+        :meth:`SpokeKernel.on_lull`), then :meth:`run`. A kernel acts from the second
+        call with no data record in between: call it twice after a stream ends."""
+        for kernel in self.spoke_kernels:
+            kernel.on_lull()
+        self.run()
+
     def records(self, spoke_index: int, records: Iterable[tuple[bool, bytes | dict]]) -> None:
         """One batch of data records to a spoke, as the job's Java record batcher sends
         it: ``(training?, the Kafka record's value)``, a dict being JSON-encoded here.

@@ -123,6 +123,9 @@ class SpokeFunction(KeyedCoProcessFunction):
     parallelism : int, optional
         This operator's parallelism, the ``parallelism`` those keys were made for; fewer
         than ``n_spokes`` subtasks each host several spokes. Default: ``n_spokes``.
+    idle_after_ms : int
+        A processing-time timer per spoke key fires every this many milliseconds and calls
+        :meth:`SpokeKernel.on_lull` (``JobConfig.idle_after_ms``); 0: no timer.
     """
 
     def __init__(self, n_spokes: int, n_hubs: int, hub_keys: list[int], to_hubs_tag,
@@ -131,7 +134,7 @@ class SpokeFunction(KeyedCoProcessFunction):
                  persist: bool = True, metrics: bool = True, to_spokes_tag=None,
                  join_predictions: bool = False, switch_interval_ms: int = 0,
                  spoke_keys: list[int] | None = None, parallelism: int | None = None,
-                 prediction_arrays: bool = False) -> None:
+                 prediction_arrays: bool = False, idle_after_ms: int = 0) -> None:
         self.n_spokes = n_spokes
         self.n_hubs = n_hubs
         self.hub_keys = hub_keys
@@ -149,6 +152,7 @@ class SpokeFunction(KeyedCoProcessFunction):
         self.switch_interval_ms = switch_interval_ms
         self.spoke_keys = spoke_keys_of(n_spokes) if spoke_keys is None else list(spoke_keys)
         self.parallelism = n_spokes if parallelism is None else parallelism
+        self.idle_after_ms = idle_after_ms
 
     def open(self, runtime_context) -> None:
         import_protocols(self.protocol_modules)
@@ -168,6 +172,7 @@ class SpokeFunction(KeyedCoProcessFunction):
         self.kernels: dict[int, tuple[SpokeKernel, Snapshot]] = {}
         self.hosted: list[SpokeKernel] = []  # the same kernels, for the metrics
         self.key: int | None = None  # the key of the last element's kernel
+        self.armed: set = set()  # spoke keys whose lull timer is registered
         self.tags = {HUBS: self.to_hubs_tag, "responses": self.responses_tag,
                      "deadLetters": self.dead_letters_tag, SPOKES: self.to_spokes_tag}
 
@@ -230,9 +235,31 @@ class SpokeFunction(KeyedCoProcessFunction):
                 for stream, value_ in kernel.take_messages():
                     if tags[stream] is not None:
                         yield tags[stream], value_
+        self._arm(ctx)
         yield from self._emit(kernel)
 
     def process_element2(self, value, ctx):
         kernel = self._kernel(ctx)
         kernel.on_message(bytes(value))
+        self._arm(ctx)
+        yield from self._emit(kernel)
+
+    def _arm(self, ctx) -> None:
+        """Register the lull timer of this element's spoke key unless one is waiting: every
+        key gets its first with the Create that reaches every spoke (``requests``), and
+        each firing registers the next (:meth:`on_timer`). A restore brings Flink's timers
+        back with the state; this set starts empty, so a restored key may get a second,
+        which only makes its checks more frequent."""
+        if self.idle_after_ms and self.key not in self.armed:
+            self.armed.add(self.key)
+            timers = ctx.timer_service()
+            timers.register_processing_time_timer(
+                timers.current_processing_time() + self.idle_after_ms)
+
+    def on_timer(self, timestamp: int, ctx):
+        """The lull timer of a spoke key (:meth:`SpokeKernel.on_lull`)."""
+        kernel = self._kernel(ctx)
+        self.armed.discard(self.key)
+        kernel.on_lull()
+        self._arm(ctx)
         yield from self._emit(kernel)

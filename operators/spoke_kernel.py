@@ -238,6 +238,10 @@ class SpokeKernel:
 
     crossings_ms: deque | None = None
     subtask: int | None = None
+    #: :meth:`on_lull`'s bookkeeping (class defaults: a kernel pickled before lulls)
+    _data_at_lull = -1
+    _lulls: dict | None = None
+    lulls = 0
 
     def __init__(self, index: int, n_spokes: int, n_hubs: int, hub_keys: list[int],
                  limits: dict | None = None, execution_mode: str = "thread") -> None:
@@ -610,6 +614,45 @@ class SpokeKernel:
         self.bad_records[exc.code] += 1
         self.emit("deadLetters", dead_letter(record, exc, None, self.index))
 
+    # -- lulls ---------------------------------------------------------------------------
+    def on_lull(self) -> None:
+        """The host's timer, every ``JobConfig.idle_after_ms``: when no data record came
+        since the previous call, the stream may have ended (a file, a replay) or this
+        spoke's share may have dried up (an idle Kafka partition under ``partition``
+        sharding), and each pipeline does what a Query does before it reports
+        (:meth:`learning.protocols.base.PipelineSpoke.on_lull`): fits what it holds, and
+        under BSP, SSP with a bound and TensAIR with ``maxStaleness`` pushes it, or, at
+        the next quiet call, pushes as idle, so that no round waits for this spoke. Once a
+        pipeline has had two quiet calls in a row with nothing fitted, it is left alone
+        until it fits again (no idle push every interval). A pending layout is decided
+        first, as for a Query. Like a Flink source's idleness (``withIdleness``): without
+        it a synchronous pipeline whose spoke gets no more records waits for a Query."""
+        if self.data_records != self._data_at_lull:
+            self._data_at_lull = self.data_records
+            return
+        if self._lulls is None:
+            self._lulls = {}
+        self._nudge()
+        for network, node in list(self.nodes.items()):
+            if not isinstance(node, PipelineSpoke):
+                continue
+            fitted, quiet = self._lulls.get(network, (-1, 0))
+            quiet = quiet + 1 if node.fitted == fitted else 0
+            self._lulls[network] = (node.fitted, quiet)
+            if quiet > 1:
+                continue
+            self.lulls += 1
+            try:
+                self.acknowledge_siblings(network, force=True)
+                node.when_layout_settled(node.on_lull)
+            except Exception:  # a protocol's failure: keep the job and the other pipelines
+                self.handler_errors += 1
+                log.exception("spoke %d: the lull of pipeline %s failed", self.index, network)
+                if self.reraise:
+                    raise
+        self._run_backlogs()
+        self._settle()
+
     # -- messages ------------------------------------------------------------------------
     def on_message(self, data: bytes) -> None:
         """A framed hub→spoke envelope or a sibling frame (``psMessages``), or a JSON
@@ -702,6 +745,7 @@ class SpokeKernel:
                 "recordsWithoutPipeline": self.records_without_pipeline,
                 "badRecords": sum(self.bad_records.values()),
                 "dataRecords": self.data_records, "dataBatches": self.data_batches,
+                "lulls": self.lulls,  # pipelines' lulls acted on (on_lull)
                 # the interpreter's (JobConfig.switch_interval_ms in thread mode), milliseconds
                 "switchIntervalMs": sys.getswitchinterval() * 1000.0}
 

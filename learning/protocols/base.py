@@ -871,17 +871,25 @@ class PipelineSpoke(ModelWidth, Node):
         done({})
 
     def quiet_since_last_query(self) -> bool:
-        """Whether this spoke fitted no record since the previous Query (False at the
-        first); this Query becomes the previous one. Call once per Query, after
+        """Whether this spoke fitted no record since the previous Query or lull (False at
+        the first); this one becomes the previous. Call once per :meth:`on_lull`, after
         :meth:`flush`: the protocols' idle spokes (BSP, SSP, TensAIR) start from it."""
         quiet = self.fitted == self._fitted_at_query
         self._fitted_at_query = self.fitted
         return quiet
 
-    def on_query(self, request_id: Any, service: dict | None = None) -> None:
-        """Fit what is buffered, then report this spoke's statistics (and the kernel's
-        ``service`` counters) to hub 0, which answers once every spoke has reported."""
+    def on_lull(self) -> None:
+        """Protocol hook: the stream may have ended — a Query came, or this spoke got no
+        data record for ``JobConfig.idle_after_ms`` (the host's timer). Fit what is
+        buffered; the protocols that wait on every spoke (BSP, SSP with a bound, TensAIR
+        with ``maxStaleness``) also push what they have, or push as idle when nothing was
+        fitted since the previous lull (README, "The end of a finite stream")."""
         self.flush()
+
+    def on_query(self, request_id: Any, service: dict | None = None) -> None:
+        """:meth:`on_lull`, then report this spoke's statistics (and the kernel's
+        ``service`` counters) to hub 0, which answers once every spoke has reported."""
+        self.on_lull()
         self.queries += 1
         stats = self.statistics()
         stats["service"] = service or {}

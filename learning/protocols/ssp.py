@@ -450,16 +450,15 @@ class StaleSynchronousSpoke(ShardedSpoke):
         self.ground()
         self.in_flight = False
 
-    def on_query(self, request_id: Any, service: dict | None = None) -> None:
+    def on_lull(self) -> None:
         """Fit what is buffered, push unless a push is in flight (idle if nothing was
-        fitted since the previous Query), then report; unbounded, only report (no answer is
-        ever held: no round a finite stream could leave open)."""
+        fitted since the previous Query or lull); unbounded, only fit (no answer is ever
+        held: no round a finite stream could leave open)."""
+        self.flush()
         if self.bounded:
-            self.flush()
             idle = self.quiet_since_last_query() and self._since == 0
             if not self.in_flight:
                 self._push(idle=idle)
-        super().on_query(request_id, service)
 
     def protocol_statistics(self) -> dict:
         out = super().protocol_statistics()

@@ -231,10 +231,10 @@ class SynchronousSpoke(ShardedSpoke):
     def on_sync_failed(self, method: str, errors: list) -> None:
         self.in_round = False
 
-    def on_query(self, request_id: Any, service: dict | None = None) -> None:
+    def on_lull(self) -> None:
         """Fit what is buffered, join (or open) the current round — or, having fitted
-        nothing since the previous Query, push as idle — then report; see the module
-        docstring for why a Query closes the open round."""
+        nothing since the previous Query or lull, push as idle; see the module docstring
+        for why a Query closes the open round."""
         self.flush()
         idle = self.quiet_since_last_query() and self._since == 0
         if not self.in_round:
@@ -242,7 +242,6 @@ class SynchronousSpoke(ShardedSpoke):
                 self._idle()
             else:
                 self._round()
-        super().on_query(request_id, service)
 
     def _idle(self) -> None:
         """Push as idle (no round waits for this spoke) and install the ``w̃`` answered."""

@@ -482,9 +482,9 @@ class TensAIRSpoke(PipelineSpoke):
             self.siblings[j].until(own - s).then_sync(arrived(j))
 
     # -- Query -------------------------------------------------------------------------------
-    def on_query(self, request_id: Any, service: dict | None = None) -> None:
+    def on_lull(self) -> None:
         """Fit what is buffered, send the partial update buffer, answer every peer's
-        pending ``until`` (the stream may have ended; idle, saying so), then report."""
+        pending ``until`` (the stream may have ended; idle, saying so)."""
         self.flush()
         # not while paused on a peer: then records wait behind the pause
         self.idle = self.quiet_since_last_query() and not self._waiting
@@ -492,7 +492,6 @@ class TensAIRSpoke(PipelineSpoke):
         asked, self._asked = self._asked, []
         for _, p in asked:
             p.fulfil([self._sent, True] if self.idle else self._sent)
-        super().on_query(request_id, service)
 
     def check_export(self) -> None:
         """A Query may not ask TensAIR for ``export``.
