@@ -102,16 +102,18 @@ class HubFunction(KeyedProcessFunction):
         yield from self._after(key, kernel, ctx)
 
     def on_timer(self, timestamp: int, ctx):
-        """A held-back weights publication is due."""
+        """A held-back weights publication is due. The metrics are left to the next
+        element: in process mode what a timer's callback does to a counter never reaches
+        Flink's reporters (seen on the spokes' lull timers, ``operators.spoke``)."""
         key = ctx.get_current_key()
         kernel = self._kernel(key)
         kernel.flush_weights()
-        yield from self._after(key, kernel, ctx)
+        yield from self._after(key, kernel, ctx, refresh=False)
 
-    def _after(self, key: int, kernel: HubKernel, ctx):
+    def _after(self, key: int, kernel: HubKernel, ctx, refresh: bool = True):
         if self.persist:
             self.state.update(self.snapshots[key])
-        if self.metrics is not None:
+        if refresh and self.metrics is not None:
             self.metrics.refresh(kernel)
         due = kernel.weights_due_in()
         if due is not None:

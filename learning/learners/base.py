@@ -20,11 +20,13 @@ from learning.component import Component
 __all__ = ["Learner", "label_key", "as_labels", "as_matrix", "as_test_matrix", "widen_proba",
            "declared_width", "NONFINITE_STEP"]
 
-#: :attr:`Learner.refused_rows`' reason where a record's step would leave the weights of a
-#: float64 linear learner inf or NaN (PA's ``l / ‖x‖²`` on a record of tiny norm in mode 0,
-#: or a target near float64's limit): the record is left out, the model kept.
+#: :attr:`Learner.refused_rows`' reason where a record's step would leave a float64 linear
+#: learner's model inf or NaN (PA's ``l / ‖x‖²`` on a record of tiny norm in mode 0, a
+#: target near float64's limit, ridge's ``x xᵀ`` of a feature beyond about 1e154): the
+#: record is left out, the model kept.
 NONFINITE_STEP = ("its step would make the model's weights inf or NaN (a record of tiny "
-                  "norm under PA's uncapped step, or a target near float64's limit)")
+                  "norm under PA's uncapped step, a target near float64's limit, or a "
+                  "feature whose square overflows)")
 #: JSON scalar types a label may have. ``bool`` is its own type: ``True`` is not ``1``.
 LABEL_TYPES = (bool, int, float, str)
 
@@ -197,8 +199,8 @@ class Learner(Component, abc.ABC):
     #: The rows (indices into the last :meth:`fit` / :meth:`test_then_train` batch) that
     #: call left out of its step, and why: the float32 networks leave out a record whose
     #: own loss is not finite and step on the others (:func:`neural._finite_rows`); PA
-    #: (classifier and regressor) leaves out a record whose step would make its weights
-    #: inf or NaN (:data:`NONFINITE_STEP`). The spoke dead-letters those records
+    #: (classifier and regressor) and ridge leave out a record whose step would make
+    #: their model inf or NaN (:data:`NONFINITE_STEP`). The spoke dead-letters those records
     #: (``fit_failed``) and counts the rest; the loss sum and the predictions' metrics
     #: leave them out. Empty for every other learner.
     refused_rows: tuple[int, ...] = ()
