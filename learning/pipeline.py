@@ -163,8 +163,9 @@ class Pipeline:
             k-means).
 
         The rows the learner left out of its step (``learner.refused_rows``: a network's
-        records whose loss is not finite in float32) count in neither sum; their
-        predictions are returned and mean nothing.
+        records whose loss is not finite in float32, PA's and ridge's whose step would
+        make the model inf or NaN) count in neither sum; their predictions are returned
+        and mean nothing.
         """
         X = as_matrix(X)
         labels = as_labels(y) if self.learner.supervised else list(y)
