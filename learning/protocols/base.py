@@ -18,8 +18,8 @@ import numpy as np
 import orjson
 
 from learning.errors import RequestError
-from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, all_fit, decide,
-                             declared_layout, inspect_record, vote_counter, vote_list)
+from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, all_fit, check_bounds,
+                             decide, declared_layout, inspect_record, vote_counter, vote_list)
 from learning.learners.base import label_key
 from learning.learners.labels import LabelIndex
 from learning.metrics import SUPERVISED_TASKS, QualityState, json_number, report
@@ -276,6 +276,9 @@ class PipelineSpoke(ModelWidth, Node):
     #: defaults for spokes pickled before the cap (their classes are not counted)
     max_classes = 1000
     _seen_classes: set | None = None
+    #: ``(featureMin, featureMax)`` of ``trainingConfiguration`` (-inf / inf where one is
+    #: not declared), None when neither is (:func:`learning.layout.check_bounds`)
+    _bounds: tuple[float, float] | None = None
 
     def _counts_classes(self) -> bool:
         """Whether this spoke counts its stream's classes against ``maxClasses``: a
@@ -354,7 +357,8 @@ class PipelineSpoke(ModelWidth, Node):
         and the learner steps at ``1 / n`` of its declared step size under
         ``learning-rate`` / ``both`` (eq. 4); its declared hyperparameters stay as given.
         The rolling quality metrics keep ``ceil(metricsWindow / n)`` records on this spoke;
-        ``window``, ``epochs``, ``maxClasses`` and ``layoutQuorum`` are read again.
+        ``window``, ``epochs``, ``maxClasses``, ``layoutQuorum``, ``featureMin`` and
+        ``featureMax`` are read again.
 
         Raises
         ------
@@ -371,6 +375,10 @@ class PipelineSpoke(ModelWidth, Node):
         self.window = TRAINING_PARAMETERS["window"].of(cfg)
         self.epochs = TRAINING_PARAMETERS["epochs"].of(cfg)
         self.max_classes = TRAINING_PARAMETERS["maxClasses"].of(cfg)
+        lo = TRAINING_PARAMETERS["featureMin"].of(cfg)
+        hi = TRAINING_PARAMETERS["featureMax"].of(cfg)
+        self._bounds = None if lo is None and hi is None else (
+            -math.inf if lo is None else lo, math.inf if hi is None else hi)
         quorum = TRAINING_PARAMETERS["layoutQuorum"].of(cfg)  # while the layout is pending
         if quorum != getattr(self, "quorum", None):
             self.quorum, self._vote_every = quorum, 0  # the next vote at the new quorum's share
@@ -393,6 +401,8 @@ class PipelineSpoke(ModelWidth, Node):
         layout = self.layout
         try:
             width, kind = inspect_record(features, label, train and self._supervised)
+            if self._bounds is not None:
+                check_bounds(features, self._bounds)
             if layout.pending:
                 if width != self._sized_width:  # the width of the last record that fit
                     self._check_size(width, None)
@@ -435,7 +445,8 @@ class PipelineSpoke(ModelWidth, Node):
             features = [rec["features"] for rec in recs]
             labels = [rec.get("label") for rec in recs] if train else None
             seen = self._seen_classes
-            if all_fit(self.layout, features, labels if self._supervised else None) and (
+            if all_fit(self.layout, features, labels if self._supervised else None,
+                       self._bounds) and (
                     not train or seen is None or seen.issuperset(labels)):
                 i = self._take_group(train, recs, features, labels)
         for k in range(i, n):
@@ -643,6 +654,8 @@ class PipelineSpoke(ModelWidth, Node):
         rec = {"features": features, "label": label}
         try:
             width, kind = inspect_record(features, label, self._supervised)
+            if self._bounds is not None:
+                check_bounds(features, self._bounds)
             self._adopt(width, kind)
             self.layout.check(width, kind, label)
         except RecordRejected as exc:
@@ -662,6 +675,8 @@ class PipelineSpoke(ModelWidth, Node):
         """
         try:
             width, _ = inspect_record(features, None, False)
+            if self._bounds is not None:
+                check_bounds(features, self._bounds)
             self._adopt(width, None)
             self.layout.check(width, None, None)
             return self._predict(features)

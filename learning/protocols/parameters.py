@@ -394,6 +394,15 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
     Param("metricsWindow", int, 1000, "records of the rolling quality metrics (learning.metrics; "
           "each of n spokes keeps its last ceil(W/n), in whole mini-batches); 0: cumulative only",
           interval="[0, 10000000]"),
+    Param("featureMin", float, None, "smallest value a record's feature may take: a training or "
+          "forecasting record with a feature below it is refused (feature_range, dead-lettered "
+          "with the feature's index and value), so that a sensor's sentinel or glitch never "
+          "reaches the scalers' statistics or the model; default: none (every record's "
+          "features are within ±1e150, learning.layout.MAX_ABS_FEATURE)"),
+    Param("featureMax", float, None, "largest value a record's feature may take, as "
+          "featureMin"),
+), rules=(
+    Rule(("featureMin", "featureMax"), "featureMin <= featureMax", lambda lo, hi: lo <= hi),
 ))
 
 #: Written into the ``trainingConfiguration`` of a Create request where missing.
@@ -494,6 +503,8 @@ def validate_training_configuration(given: Mapping[str, Any] | None, *, create: 
     for key, value in given.items():
         if key in TRAINING_PARAMETERS:
             out[key] = TRAINING_PARAMETERS[key].validate(value)
+    for rule in TRAINING_PARAMETERS.rules:  # an Update's are checked merged (learning.update)
+        rule.check(out)
     own = table.get(out.get("protocol")) if "protocol" in out else None
     if own is not None:
         for key in given:  # another protocol's key would be kept and do nothing
