@@ -23,9 +23,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-__all__ = ["RecordRejected", "Layout", "inspect_record", "all_fit", "check_bounds", "label_kind",
-           "REASONS", "DEFAULT_QUORUM", "MAX_ABS_FEATURE", "MAX_LABEL_CHARS", "decide",
-           "declared_layout"]
+__all__ = ["RecordRejected", "Layout", "inspect_record", "all_fit", "check_bounds",
+           "check_label_bounds", "label_kind", "REASONS", "DEFAULT_QUORUM", "MAX_ABS_FEATURE",
+           "MAX_LABEL_CHARS", "decide", "declared_layout"]
 
 #: Records that must agree (strict majority of the votes) before an undeclared layout is
 #: fixed. Each spoke votes after ``ceil(quorum / n_spokes)`` records of its own.
@@ -48,7 +48,8 @@ REASONS = {
     "label_missing": "a training record without a label, for a supervised learner",
     "label_type": "a label that is not a JSON scalar, or not of the pipeline's label type",
     "label_too_long": f"a string label of more than {MAX_LABEL_CHARS} characters",
-    "label_range": f"a number label beyond ±{MAX_ABS_FEATURE:g}",
+    "label_range": f"a number label beyond ±{MAX_ABS_FEATURE:g}, or outside the pipeline's "
+                   "trainingConfiguration labelMin / labelMax",
     "unseen_class": "a label outside the classes declared at Create",
     "too_many_classes": "a label of a new class past trainingConfiguration.maxClasses (classes "
                         "not declared)",
@@ -196,8 +197,33 @@ def check_bounds(features: list, bounds: tuple[float, float]) -> None:
                                  f"[{lo:g}, {hi:g}]", "feature_range")
 
 
+def check_label_bounds(label: Any, kind: str | None, bounds: tuple[float, float]) -> None:
+    """Refuse a training record whose number label lies outside its pipeline's declared
+    bounds (``trainingConfiguration`` ``labelMin`` / ``labelMax``): a regression target's
+    sentinel (-9999) or glitch, as :func:`check_bounds` for features.
+
+    Parameters
+    ----------
+    label : Any
+        The record's label, of ``kind`` (:func:`inspect_record`).
+    kind : str or None
+        Only ``"int"`` and ``"float"`` labels are compared; others pass.
+    bounds : (float, float)
+        ``(labelMin, labelMax)``; ``-inf`` / ``inf`` where one is not declared.
+
+    Raises
+    ------
+    RecordRejected
+        ``label_range`` (``label = -9999 is outside [labelMin, labelMax] = [0, 100]``).
+    """
+    if kind in _NUMBER_KINDS and not bounds[0] <= label <= bounds[1]:
+        raise RecordRejected(f"label = {label:g} is outside [labelMin, labelMax] = "
+                             f"[{bounds[0]:g}, {bounds[1]:g}]", "label_range")
+
+
 def all_fit(layout: "Layout", features: list, labels: list | None,
-            bounds: tuple[float, float] | None = None) -> bool:
+            bounds: tuple[float, float] | None = None,
+            label_bounds: tuple[float, float] | None = None) -> bool:
     """Whether every record of a group fits a settled ``layout`` as it is, so that the
     group may be taken without a call per record: True only where :func:`inspect_record`
     and :meth:`Layout.check` would pass each of them without a word (False says nothing
@@ -215,6 +241,8 @@ def all_fit(layout: "Layout", features: list, labels: list | None,
         supervised learner's training records), else None.
     bounds : (float, float) or None
         The pipeline's ``(featureMin, featureMax)`` (:func:`check_bounds`), None: none.
+    label_bounds : (float, float) or None
+        Its ``(labelMin, labelMax)`` (:func:`check_label_bounds`), None: none.
     """
     width = layout.n_features
     if layout.pending or layout.classes is not None or width is None:
@@ -237,6 +265,9 @@ def all_fit(layout: "Layout", features: list, labels: list | None,
         if labels and _hypot(*labels) > MAX_ABS_FEATURE:
             return False
     except OverflowError:
+        return False
+    if label_bounds is not None and labels and ("bool" in kinds or not (
+            label_bounds[0] <= min(labels) and max(labels) <= label_bounds[1])):
         return False
     want = layout.label_type
     return want is None or kinds == {want} or (want == "number" and kinds <= _NUMBER_KINDS)

@@ -1,10 +1,11 @@
-"""Declared feature bounds (``trainingConfiguration`` ``featureMin`` / ``featureMax``): a
-sentinel or a glitch of a sensor (-9999 for a missing reading, 3.4e38, float32's largest)
-is a JSON number the record checks accept, and one of them in a running scaler's
-statistics flattens every later record for good. With bounds declared such a record is
-refused alone (``feature_range``, dead-lettered with the feature and the bounds), and the
-pipeline predicts exactly as on the stream without it; without bounds the same stream
-costs the pipeline most of its accuracy."""
+"""Declared bounds (``trainingConfiguration`` ``featureMin`` / ``featureMax``,
+``labelMin`` / ``labelMax``): a sentinel or a glitch of a sensor (-9999 for a missing
+reading, 3.4e38, float32's largest) is a JSON number the record checks accept, and one of
+them in a running scaler's statistics flattens every later record for good. With bounds
+declared such a record is refused alone (``feature_range``, dead-lettered with the
+feature and the bounds), and the pipeline predicts exactly as on the stream without it;
+without bounds the same stream costs the pipeline most of its accuracy. The same for a
+regression target's sentinel (``label_range``)."""
 
 from __future__ import annotations
 
@@ -46,11 +47,12 @@ def _create(pid: int, **bounds) -> dict:
 def test_bounds_are_checked_at_create_and_update():
     req = parse_request(orjson.dumps(_create(0, featureMin=0, featureMax=16)))
     assert req.training_configuration["featureMin"] == 0.0
-    for bad in ({"featureMin": 5, "featureMax": 1}, {"featureMax": True},
-                {"featureMin": "low"}):
+    for bad, field in (({"featureMin": 5, "featureMax": 1}, "featureMax"),
+                       ({"featureMax": True}, "featureMax"), ({"featureMin": "low"}, "featureMin"),
+                       ({"labelMin": 100, "labelMax": 0}, "labelMax")):
         with pytest.raises(RequestError) as e:
             parse_request(orjson.dumps(_create(0, **bad)))
-        assert e.value.code == "schema" and "feature" in e.value.field
+        assert e.value.code == "schema" and e.value.field == f"trainingConfiguration.{field}"
     net = LocalNetwork(n_spokes=2, n_hubs=1)
     net.request(_create(0, featureMax=16))
     net.request({"id": 0, "request": "Update", "requestId": "u1",
@@ -70,10 +72,10 @@ def _digits_records(sentinels: bool, per_message: int, chunk: int = 150) -> list
     """digits (8×8 images, features 0..16) in file order, every 5th record a forecast;
     with ``sentinels`` nine glitches among them (3.4e38 or -9999 in one feature or in
     all, six of training, three of forecasting; the first after record 50). Returns the
-    stream's parts of ``chunk`` records each, as lists of ``((training?, Kafka record), partition)``:
-    ``per_message`` records a Kafka record (a JSON array when more than one), the
-    partition the ``id``'s parity, so that each good record reaches the same spoke at the
-    same place with the glitches or without."""
+    stream's parts of ``chunk`` records each, as lists of ``((training?, Kafka record),
+    partition)``: ``per_message`` records a Kafka record (a JSON array when more than
+    one), the partition the ``id``'s parity, so that each good record reaches the same
+    spoke at the same place with the glitches or without."""
     from sklearn.datasets import load_digits
 
     X, y = load_digits(return_X_y=True)
@@ -176,3 +178,65 @@ def test_on_flink_bounds_refuse_sentinels_and_the_stream_goes_on(broker):
                for d in letters)
     assert q0["rejected"] == 0
     assert q1["prequentialAccuracy"] > 0.95
+
+
+FEATURES = np.random.default_rng(0).uniform(0, 1, size=(2000, 4))
+TARGETS = 10 + 80 * FEATURES @ [0.4, 0.3, 0.2, 0.1]
+
+
+def _regression(sentinels: bool, bounded: bool) -> LocalNetwork:
+    """PARegressor behind both scalers on a linear target in [10, 90] (2 spokes, TAP, by
+    the ``id``'s parity); with ``sentinels`` five training records whose target is -9999
+    (a missing reading), in a JSON array of 20 records each time (the group path) or
+    alone."""
+    X, t = FEATURES, TARGETS
+    config = {"protocol": "Asynchronous", "miniBatchSize": 8}
+    if bounded:
+        config.update(labelMin=0, labelMax=100)
+    net = LocalNetwork(n_spokes=2, n_hubs=1, sharding="partition")
+    net.request({"id": 0, "request": "Create", "learner": {"name": "PARegressor"},
+                 "preProcessors": [{"name": "StandardScaler"},
+                                   {"name": "TargetStandardScaler"}],
+                 "trainingConfiguration": config})
+    for lo in range(0, 2000, 200):
+        items = []
+        for parity in (0, 1):
+            recs = [{"id": i, "features": X[i].tolist(), "label": float(t[i])}
+                    for i in range(lo + parity, lo + 200, 2)]
+            forecasts = [{"id": i, "features": X[i].tolist()}
+                         for i in range(lo + parity, lo + 20, 2)]
+            if sentinels and lo % 400 == 0:
+                glitch = {"id": 10_000 + lo + parity, "features": X[lo].tolist(),
+                          "label": -9999.0}
+                if parity:  # alone
+                    items.append(((True, glitch), parity))
+                else:  # inside a JSON array
+                    recs = recs[:10] + [glitch] + recs[10:]
+            for k in range(0, len(recs), 20):
+                items.append(((True, orjson.dumps(recs[k:k + 20])), parity))
+            items.append(((False, orjson.dumps(forecasts)), parity))
+        net.stream([item for item, _ in items], partitions=[p for _, p in items])
+    return net
+
+
+def test_label_bounds_refuse_a_regression_targets_sentinel_alone():
+    net, twin = _regression(True, True), _regression(False, True)
+    assert net.outputs["predictions"] == twin.outputs["predictions"]
+    letters = net.outputs["deadLetters"]
+    assert len(letters) == 10 and {d["code"] for d in letters} == {"label_range"}
+    assert all(d["reason"] == "label = -9999 is outside [labelMin, labelMax] = [0, 100]"
+               for d in letters)
+    q, clean = net.query(), twin.query()
+    assert q["rejectedBy"] == {"label_range": 10} and q["fitted"] == clean["fitted"] == 2000
+    # without bounds: every target is in [10, 90], and the forecasts' mean absolute error
+    # is 35.1 against 0.375 (the ten sentinels in the scalers' and the model's sums)
+    without = _regression(True, False)
+    assert without.query()["fitted"] == 2010
+    assert _forecast_mae(without) > 50 * _forecast_mae(net), (_forecast_mae(without),
+                                                              _forecast_mae(net))
+
+
+def _forecast_mae(net: LocalNetwork) -> float:
+    predictions = net.outputs["predictions"]
+    assert len(predictions) == 200
+    return float(np.mean([abs(p["prediction"] - TARGETS[p["id"]]) for p in predictions]))

@@ -19,7 +19,8 @@ import orjson
 
 from learning.errors import RequestError
 from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, all_fit, check_bounds,
-                             decide, declared_layout, inspect_record, vote_counter, vote_list)
+                             check_label_bounds, decide, declared_layout, inspect_record,
+                             vote_counter, vote_list)
 from learning.learners.base import label_key
 from learning.learners.labels import LabelIndex
 from learning.metrics import SUPERVISED_TASKS, QualityState, json_number, report
@@ -84,6 +85,15 @@ def dead_letter(rec: Any, exc: RecordRejected, pipeline: Any, spoke: int,
                "head": raw[:1000].decode("utf-8", "replace")}
     return {"pipeline": pipeline, "spoke": spoke, "code": exc.code, "reason": str(exc),
             "record": rec}
+
+
+def _declared_bounds(cfg: dict, low: str, high: str) -> tuple[float, float] | None:
+    """``(cfg[low], cfg[high])`` of a ``trainingConfiguration``, -inf / inf for the one not
+    declared; None when neither is."""
+    lo, hi = TRAINING_PARAMETERS[low].of(cfg), TRAINING_PARAMETERS[high].of(cfg)
+    if lo is None and hi is None:
+        return None
+    return -math.inf if lo is None else lo, math.inf if hi is None else hi
 
 
 def relayout_of(update, current: Layout, task: str, supervised: bool):
@@ -276,9 +286,13 @@ class PipelineSpoke(ModelWidth, Node):
     #: defaults for spokes pickled before the cap (their classes are not counted)
     max_classes = 1000
     _seen_classes: set | None = None
-    #: ``(featureMin, featureMax)`` of ``trainingConfiguration`` (-inf / inf where one is
-    #: not declared), None when neither is (:func:`learning.layout.check_bounds`)
+    #: ``(featureMin, featureMax)`` and ``(labelMin, labelMax)`` of
+    #: ``trainingConfiguration`` (-inf / inf where one is not declared), None when neither
+    #: is (:func:`learning.layout.check_bounds`, :func:`learning.layout.check_label_bounds`)
     _bounds: tuple[float, float] | None = None
+    _label_bounds: tuple[float, float] | None = None
+    #: whether either is declared
+    _bounded = False
 
     def _counts_classes(self) -> bool:
         """Whether this spoke counts its stream's classes against ``maxClasses``: a
@@ -357,8 +371,8 @@ class PipelineSpoke(ModelWidth, Node):
         and the learner steps at ``1 / n`` of its declared step size under
         ``learning-rate`` / ``both`` (eq. 4); its declared hyperparameters stay as given.
         The rolling quality metrics keep ``ceil(metricsWindow / n)`` records on this spoke;
-        ``window``, ``epochs``, ``maxClasses``, ``layoutQuorum``, ``featureMin`` and
-        ``featureMax`` are read again.
+        ``window``, ``epochs``, ``maxClasses``, ``layoutQuorum`` and the bounds
+        (``featureMin``, ``featureMax``, ``labelMin``, ``labelMax``) are read again.
 
         Raises
         ------
@@ -375,10 +389,9 @@ class PipelineSpoke(ModelWidth, Node):
         self.window = TRAINING_PARAMETERS["window"].of(cfg)
         self.epochs = TRAINING_PARAMETERS["epochs"].of(cfg)
         self.max_classes = TRAINING_PARAMETERS["maxClasses"].of(cfg)
-        lo = TRAINING_PARAMETERS["featureMin"].of(cfg)
-        hi = TRAINING_PARAMETERS["featureMax"].of(cfg)
-        self._bounds = None if lo is None and hi is None else (
-            -math.inf if lo is None else lo, math.inf if hi is None else hi)
+        self._bounds = _declared_bounds(cfg, "featureMin", "featureMax")
+        self._label_bounds = _declared_bounds(cfg, "labelMin", "labelMax")
+        self._bounded = self._bounds is not None or self._label_bounds is not None
         quorum = TRAINING_PARAMETERS["layoutQuorum"].of(cfg)  # while the layout is pending
         if quorum != getattr(self, "quorum", None):
             self.quorum, self._vote_every = quorum, 0  # the next vote at the new quorum's share
@@ -401,8 +414,8 @@ class PipelineSpoke(ModelWidth, Node):
         layout = self.layout
         try:
             width, kind = inspect_record(features, label, train and self._supervised)
-            if self._bounds is not None:
-                check_bounds(features, self._bounds)
+            if self._bounded:
+                self._check_bounds(features, label, kind)
             if layout.pending:
                 if width != self._sized_width:  # the width of the last record that fit
                     self._check_size(width, None)
@@ -428,6 +441,20 @@ class PipelineSpoke(ModelWidth, Node):
         else:
             self._take(False, rec)
 
+    def _check_bounds(self, features: list, label: Any, kind: str | None) -> None:
+        """The declared bounds of a record's features and (``kind`` not None: a
+        labelled training record) of its number label.
+
+        Raises
+        ------
+        RecordRejected
+            ``feature_range`` or ``label_range``.
+        """
+        if self._bounds is not None:
+            check_bounds(features, self._bounds)
+        if self._label_bounds is not None and kind is not None:
+            check_label_bounds(label, kind, self._label_bounds)
+
     def on_records(self, train: bool, recs: list) -> int:
         """The records of one Kafka message (a JSON array of objects with ``features``),
         in order, as :meth:`on_record` would take them one by one; returns how many were
@@ -446,7 +473,7 @@ class PipelineSpoke(ModelWidth, Node):
             labels = [rec.get("label") for rec in recs] if train else None
             seen = self._seen_classes
             if all_fit(self.layout, features, labels if self._supervised else None,
-                       self._bounds) and (
+                       self._bounds, self._label_bounds) and (
                     not train or seen is None or seen.issuperset(labels)):
                 i = self._take_group(train, recs, features, labels)
         for k in range(i, n):
@@ -654,8 +681,8 @@ class PipelineSpoke(ModelWidth, Node):
         rec = {"features": features, "label": label}
         try:
             width, kind = inspect_record(features, label, self._supervised)
-            if self._bounds is not None:
-                check_bounds(features, self._bounds)
+            if self._bounded:
+                self._check_bounds(features, label, kind)
             self._adopt(width, kind)
             self.layout.check(width, kind, label)
         except RecordRejected as exc:
@@ -675,8 +702,8 @@ class PipelineSpoke(ModelWidth, Node):
         """
         try:
             width, _ = inspect_record(features, None, False)
-            if self._bounds is not None:
-                check_bounds(features, self._bounds)
+            if self._bounded:
+                self._check_bounds(features, None, None)
             self._adopt(width, None)
             self.layout.check(width, None, None)
             return self._predict(features)

@@ -401,8 +401,15 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
           "features are within ±1e150, learning.layout.MAX_ABS_FEATURE)"),
     Param("featureMax", float, None, "largest value a record's feature may take, as "
           "featureMin"),
+    Param("labelMin", float, None, "smallest number label a training record may carry (a "
+          "regression target's sentinel or glitch): below it the record is refused "
+          "(label_range); string and bool labels are not compared; default: none (within "
+          "±1e150)"),
+    Param("labelMax", float, None, "largest number label a training record may carry, as "
+          "labelMin"),
 ), rules=(
     Rule(("featureMin", "featureMax"), "featureMin <= featureMax", lambda lo, hi: lo <= hi),
+    Rule(("labelMin", "labelMax"), "labelMin <= labelMax", lambda lo, hi: lo <= hi),
 ))
 
 #: Written into the ``trainingConfiguration`` of a Create request where missing.
