@@ -439,8 +439,9 @@ def _reader(args: argparse.Namespace, source: str, **kwargs):
     delimiter = args.delimiter
     if delimiter is not None and delimiter.lower() in ("tab", "\\t"):
         delimiter = "\t"  # a tab is awkward to type
+    missing = None if args.missing is None else args.missing.split(",")
     return RecordReader(source, label=args.label, id=args.id, features=features,
-                        delimiter=delimiter, **kwargs)
+                        delimiter=delimiter, missing=missing, **kwargs)
 
 
 def _table_arguments(p: argparse.ArgumentParser, label: str) -> None:
@@ -457,6 +458,12 @@ def _table_arguments(p: argparse.ArgumentParser, label: str) -> None:
     p.add_argument("--delimiter", metavar="CHAR", default=None,
                    help="CSV delimiter, e.g. ';' or 'tab' (default: whichever of , ; tab | "
                         "the header line holds most of)")
+    p.add_argument("--missing", metavar="TOKENS", default=None,
+                   help="comma-separated CSV cell texts that mean a missing value, e.g. "
+                        "',NA,?' (an empty cell, NA or ?): such a feature is written as null, "
+                        "as is a JSON Lines null or absent feature, for a pipeline whose first "
+                        "preprocessor is StatImputer (default: none; a row with one is "
+                        "skipped as bad)")
 
 
 def _stream(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from flink_jobs.kafka_io import TopicReader
+from learning.preprocessors import StatImputer
 from operators.weights import GlobalModel, ModelAssembler
 
 __all__ = ["ModelFollower", "predict_records"]
@@ -38,14 +39,17 @@ def predict_records(model: GlobalModel, records: Iterable[Any], scores: bool = F
     ----------
     model : operators.weights.GlobalModel
     records : iterable of dict
-        ``{"id": any, "features": [float, ...]}`` (extra keys ignored); a bare list is
-        taken as the features of a record without id.
+        ``{"id": any, "features": [float, ...]}`` (extra keys ignored; a feature may be
+        null where the pipeline's first preprocessor is StatImputer); a bare list is taken
+        as the features of a record without id.
     scores : bool
     """
     recs = list(records)
     width = model.record_width  # the records', not the learner's (behind the preprocessors)
     if width is None:  # a job from before the field: right unless a preprocessor changes it
         width = model.model.learner.layout().get("n_features")
+    preps = model.model.preprocessors
+    missing_ok = bool(preps) and isinstance(preps[0], StatImputer)  # it fills a null
     out: list[dict | None] = [None] * len(recs)
     good: list[int] = []
     rows: list[list[float]] = []
@@ -60,8 +64,9 @@ def predict_records(model: GlobalModel, records: Iterable[Any], scores: bool = F
         elif width is not None and len(features) != width:
             problem = f"{len(features)} features; pipeline {model.pipeline} takes {width}"
         elif not all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                     and math.isfinite(x) for x in features):
-            problem = "features must be finite numbers"
+                     and math.isfinite(x) or (x is None and missing_ok) for x in features):
+            problem = ("features must be finite numbers, or null where the pipeline imputes"
+                       if missing_ok else "features must be finite numbers")
         if problem is not None:
             out[i] = {"id": rid, "pipeline": model.pipeline, "error": problem}
             continue

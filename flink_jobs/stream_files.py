@@ -72,15 +72,18 @@ def _feature(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _numeric_columns(rows: list[dict], exclude: tuple) -> list[str]:
+def _numeric_columns(rows: list[dict], exclude: tuple, present_only: bool = False) -> list[str]:
     """The keys (in order of first appearance) whose value is a number in more than half
-    of ``rows``, so that one bad row among the first does not drop a column."""
+    of ``rows``, so that one bad row among the first does not drop a column; with
+    ``present_only``, of the rows that have the key (a missing value abstains)."""
     votes: dict[str, int] = {}
+    seen: dict[str, int] = {}
     for row in rows:
         for k, v in row.items():
             if k not in exclude:
                 votes[k] = votes.get(k, 0) + (v is not None)
-    return [k for k, n in votes.items() if 2 * n > len(rows)]
+                seen[k] = seen.get(k, 0) + 1
+    return [k for k, n in votes.items() if 2 * n > (seen[k] if present_only else len(rows))]
 
 
 #: the feature columns of JSON Lines objects that are the job's own records: each object's
@@ -154,6 +157,11 @@ class RecordReader:
     delimiter : str or None
         CSV delimiter; None: whichever of ``,``, ``;``, tab and ``|`` the header line holds
         most of. With ``;`` a number may have a decimal comma (``1,5``).
+    missing : collection of str or None
+        The CSV cell texts (stripped) that mean a missing value, e.g. ``{"", "NA", "?"}``:
+        such a feature is written as ``null``, as is a JSON Lines ``null`` or absent
+        feature and a river record's None, for a pipeline whose first preprocessor imputes
+        them (``StatImputer``); None: a row with one is bad, as any non-number.
 
     Attributes
     ----------
@@ -180,12 +188,19 @@ class RecordReader:
     {'id': 0, 'features': [1.0, 2.0], 'label': 'x'}
     line 3: feature 'b' is not a finite number: 'oops'
     {'id': 2, 'features': [5.0, 6.0], 'label': 'x'}
+    >>> rows = io.StringIO("a,b,label\\n1,2,x\\n3,NA,y\\n5,,x\\n")
+    >>> for item in RecordReader("-", stdin=rows, missing={"", "NA"}):
+    ...     print(item)
+    {'id': 0, 'features': [1.0, 2.0], 'label': 'x'}
+    {'id': 1, 'features': [3.0, None], 'label': 'y'}
+    {'id': 2, 'features': [5.0, None], 'label': 'x'}
     """
 
     def __init__(self, source: str, *, format: str | None = None, label: str | None = None,
                  id: str | None = None, features: list[str] | None = None,
                  seed: int | None = None, limit: int | None = None, first_id: int = 0,
-                 stdin: TextIO | None = None, delimiter: str | None = None) -> None:
+                 stdin: TextIO | None = None, delimiter: str | None = None,
+                 missing: Iterable[str] | None = None) -> None:
         self.source = source
         self.format = format
         self.label = label
@@ -196,6 +211,7 @@ class RecordReader:
         self.first_id = first_id
         self.stdin = stdin
         self.delimiter = delimiter
+        self.missing = None if missing is None else frozenset(t.strip() for t in missing)
         self.columns: list[str] | None = None  # the feature columns, once chosen
         self.left_out: list[str] = []  # other columns, not the label's or the id's
         if delimiter is not None and len(delimiter) != 1:
@@ -212,6 +228,10 @@ class RecordReader:
         if self.kind in FORMATS and source != "-" and not Path(source).is_file():
             raise ValueError(f"no such file: {source!r}")
         self._dataset = self._river() if self.kind == "river" else None
+
+    def _is_missing(self, cell: str) -> bool:
+        """Whether a CSV cell's (stripped) text means a missing value."""
+        return self.missing is not None and cell in self.missing
 
     # -- what the source is ----------------------------------------------------------------
     def _kind(self) -> str:
@@ -320,9 +340,10 @@ class RecordReader:
         numbered = ((rows.line_num, row) for row in rows if row)  # blank lines skipped
         if columns is None:
             ahead = list(itertools.islice(numbered, SNIFF_ROWS))
-            columns = _numeric_columns([{h: number(v) for h, v in zip(header, row)}
+            columns = _numeric_columns([{h: number(v) for h, v in zip(header, row)
+                                         if not self._is_missing(v.strip())}
                                         for _, row in ahead if len(row) == len(header)],
-                                       exclude=(label, id_))
+                                       exclude=(label, id_), present_only=True)
             if ahead and not columns:
                 raise ValueError(
                     f"no column of the header {header} is a number in most of the first "
@@ -345,7 +366,7 @@ class RecordReader:
             features, bad = [], None
             for c in columns:
                 x = number(row[index[c]])
-                if x is None:
+                if x is None and not self._is_missing(row[index[c]].strip()):
                     bad = f"feature {c!r} is not a finite number: {row[index[c]]!r:.40}"
                     break
                 features.append(x)
@@ -376,8 +397,11 @@ class RecordReader:
             if 2 * sum(isinstance(obj.get("features"), list) for obj in objects) > len(objects):
                 columns = VECTOR  # the job's own records: {"features": [...], "label": ...}
             else:
-                columns = _numeric_columns([{k: _feature(v) for k, v in obj.items()}
-                                            for obj in objects], exclude=(label, id_))
+                missing = self.missing is not None  # then a null abstains
+                columns = _numeric_columns([{k: _feature(v) for k, v in obj.items()
+                                             if not (missing and v is None)}
+                                            for obj in objects], exclude=(label, id_),
+                                           present_only=missing)
             if objects and not columns:
                 raise ValueError(
                     f"no key is a number in most of the first {len(objects)} objects, and "
@@ -414,15 +438,15 @@ class RecordReader:
                 return BadRow(line, f"\"features\" is not an array: {given!r:.40}")
             for i, v in enumerate(given):
                 x = _feature(v)
-                if x is None:
+                if x is None and not (v is None and self.missing is not None):
                     return BadRow(line, f"feature {i} is not a finite number: {v!r:.40}")
                 features.append(x)
             columns = ()
         for c in columns:
-            if c not in obj:
+            if c not in obj and self.missing is None:
                 return BadRow(line, f"missing feature {c!r}")
-            x = _feature(obj[c])
-            if x is None:
+            x = _feature(obj.get(c))
+            if x is None and not (obj.get(c) is None and self.missing is not None):
                 return BadRow(line, f"feature {c!r} is not a finite number: {obj[c]!r:.40}")
             features.append(x)
         record["features"] = features
@@ -440,7 +464,7 @@ class RecordReader:
             features, bad = [], None
             for c in columns:
                 v = _feature(x.get(c))
-                if v is None:
+                if v is None and not (x.get(c) is None and self.missing is not None):
                     bad = f"feature {c!r} is not a finite number: {x.get(c)!r:.40}"
                     break
                 features.append(v)

@@ -113,18 +113,24 @@ def _json_type(value: Any) -> str:
             bool: "a bool"}.get(type(value), type(value).__name__)
 
 
-def _check_features(features: list) -> None:
+def _check_features(features: list, missing_ok: bool = False) -> None:
     """The slow path of :func:`inspect_record`: which feature is wrong, if any."""
     for i, v in enumerate(features):
+        if v is None and missing_ok:
+            continue
         if type(v) not in _FEATURE_TYPES:
-            raise RecordRejected(f"feature {i} is {_json_type(v)}, not a number", "feature_type")
+            hint = " (a missing value: a pipeline imputes it with StatImputer first in its " \
+                "preProcessors)" if v is None else ""
+            raise RecordRejected(f"feature {i} is {_json_type(v)}, not a number{hint}",
+                                 "feature_type")
         if v != v or abs(v) > MAX_ABS_FEATURE:
             shown = f"{v:g}" if type(v) is float else f"an integer of {v.bit_length()} bits"
             raise RecordRejected(f"feature {i} = {shown} is beyond ±{MAX_ABS_FEATURE:g}",
                                  "feature_range")
 
 
-def inspect_record(features: Any, label: Any, labelled: bool) -> tuple[int, str | None]:
+def inspect_record(features: Any, label: Any, labelled: bool,
+                   missing_ok: bool = False) -> tuple[int, str | None]:
     """Check that a record is one at all; returns its signature ``(width, label kind)``.
 
     Parameters
@@ -138,6 +144,9 @@ def inspect_record(features: Any, label: Any, labelled: bool) -> tuple[int, str 
     labelled : bool
         Whether the label counts (a training record for a supervised learner); else it is
         ignored and the kind is None.
+    missing_ok : bool
+        Whether a feature may be ``null``, a missing value (a pipeline whose first
+        preprocessor is :class:`learning.preprocessors.StatImputer`).
 
     Raises
     ------
@@ -153,7 +162,7 @@ def inspect_record(features: Any, label: Any, labelled: bool) -> tuple[int, str 
     except (TypeError, OverflowError):
         fine = False
     if not fine:
-        _check_features(features)
+        _check_features(features, missing_ok)
     if not labelled:
         return len(features), None
     kind = _SCALARS.get(type(label))
@@ -178,7 +187,8 @@ def check_bounds(features: list, bounds: tuple[float, float]) -> None:
     Parameters
     ----------
     features : list
-        A record's ``features`` that passed :func:`inspect_record` (JSON numbers).
+        A record's ``features`` that passed :func:`inspect_record` (JSON numbers, or
+        ``null`` for a missing one, which is not compared).
     bounds : (float, float)
         ``(featureMin, featureMax)``; ``-inf`` / ``inf`` where one is not declared.
 
@@ -189,10 +199,13 @@ def check_bounds(features: list, bounds: tuple[float, float]) -> None:
         (``feature 3 = 3.4e+38 is outside [featureMin, featureMax] = [-1000, 1000]``).
     """
     lo, hi = bounds
-    if not features or lo <= min(features) and max(features) <= hi:
-        return
+    try:
+        if not features or lo <= min(features) and max(features) <= hi:
+            return
+    except TypeError:  # a missing value (None), for a pipeline that imputes
+        pass
     for i, v in enumerate(features):
-        if not lo <= v <= hi:
+        if v is not None and not lo <= v <= hi:
             raise RecordRejected(f"feature {i} = {v:g} is outside [featureMin, featureMax] = "
                                  f"[{lo:g}, {hi:g}]", "feature_range")
 

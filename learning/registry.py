@@ -9,7 +9,7 @@ Learners: ``PA`` / ``PassiveAggressive`` / ``PAClassifier``, ``PARegressor``, ``
 ``OnlineSVM``, ``Ridge`` / ``OnlineRidge``, ``KMeans``, ``HoeffdingTree``,
 ``HoeffdingAdaptiveTree``, ``MLP``, ``CNN``, ``MLPRegressor``. Preprocessors:
 ``StandardScaler``, ``MinMaxScaler``, ``FeatureSelector``, ``RunningMeanVariance``,
-``PolynomialFeatures``.
+``PolynomialFeatures``, ``TargetStandardScaler``, ``StatImputer``.
 
 :func:`check_pairing` refuses a learner that cannot be averaged (``averageable = False``,
 the Hoeffding trees) with any protocol but ``Independent``.
@@ -32,6 +32,7 @@ from learning.learners.ridge import OnlineRidge
 from learning.learners.svm import OnlineSVM
 from learning.pipeline import Pipeline
 from learning.preprocessors.base import Preprocessor
+from learning.preprocessors.imputer import StatImputer
 from learning.preprocessors.polynomial import PolynomialFeatures
 from learning.preprocessors.scalers import MinMaxScaler, StandardScaler
 from learning.preprocessors.selection import FeatureSelector
@@ -69,6 +70,7 @@ PREPROCESSORS: dict[str, type[Preprocessor]] = {
     "RunningMeanVariance": RunningMeanVariance,
     "PolynomialFeatures": PolynomialFeatures,
     "TargetStandardScaler": TargetStandardScaler,
+    "StatImputer": StatImputer,
 }
 
 #: the learners and preprocessors omldm comes with (what the request schema file
@@ -334,7 +336,8 @@ def check_pairing(learner_spec: Any, protocol_name: str) -> None:
 def check_targets(pre_processors: list, learner_spec: Any) -> None:
     """Refuse a preprocessor of the target (``targets``:
     :class:`~learning.preprocessors.TargetStandardScaler`) that has no regressor to serve,
-    or a second one.
+    or a second one; and one that must come first (``first_only``:
+    :class:`~learning.preprocessors.StatImputer`) anywhere else.
 
     Parameters
     ----------
@@ -349,7 +352,8 @@ def check_targets(pre_processors: list, learner_spec: Any) -> None:
     learning.errors.RequestError
         ``unsupported_pairing`` (field ``preProcessors[i]``) for a target preprocessor
         before a learner whose ``task`` is not regression (a classifier's labels, a
-        clusterer's records have no target to scale), or for a second one.
+        clusterer's records have no target to scale), or for a second one; for a
+        ``first_only`` preprocessor after another.
     """
     name = learner_spec.get("name") if isinstance(learner_spec, dict) else None
     learner = LEARNERS.get(name) if isinstance(name, str) else None
@@ -357,6 +361,10 @@ def check_targets(pre_processors: list, learner_spec: Any) -> None:
     for i, spec in enumerate(pre_processors):
         given = spec.get("name") if isinstance(spec, dict) else None
         cls = PREPROCESSORS.get(given) if isinstance(given, str) else None
+        if cls is not None and cls.first_only and i > 0:
+            raise RequestError("unsupported_pairing", f"preProcessors[{i}]: {given} must come "
+                               "first (it fills missing values before any other preprocessor "
+                               "sees them)", f"preProcessors[{i}]")
         if cls is None or not cls.targets:
             continue
         if seen:

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from learning.preprocessors import (FeatureSelector, MinMaxScaler, PolynomialFeatures,
-                                    RunningMeanVariance, StandardScaler)
+                                    RunningMeanVariance, StandardScaler, StatImputer)
 
-STATEFUL = [StandardScaler, MinMaxScaler, RunningMeanVariance]
+STATEFUL = [StandardScaler, MinMaxScaler, RunningMeanVariance, StatImputer]
 RTOL = 1e-9
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -25,6 +25,8 @@ SETTINGS = settings(max_examples=60, deadline=None)
 # is well conditioned and one pass and merged statistics agree to ~1e-9 relative.
 GRID = st.integers(-16_000, 16_000).map(lambda k: k / 16)
 FLOATS = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, allow_subnormal=False)
+# the grid, a value missing (NaN) one time in three: what the imputer takes
+MISSING = st.one_of(GRID, GRID, st.just(np.nan))
 
 
 def _split(draw, n: int, max_parts: int, min_parts: int = 1) -> list[tuple[int, int]]:
@@ -153,6 +155,27 @@ def test_hub_merges_spokes_deltas_like_one_pass(cls, stream):
             assert_same_statistics(spoke.statistics(), one.statistics(), _scale(X),
                                    X.shape[0])
             assert_same_transform(spoke.transform(seen), one.transform(seen))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_the_imputers_statistics_of_records_with_missing_values_merge_as_one_pass(data):
+    """Per feature its own count of values present: merged shards, a hub's merges of
+    spokes' deltas and loaded statistics fill missing values as one instance that learned
+    every record."""
+    X, shards = data.draw(streams(elements=MISSING, min_shards=2))
+    cls = StatImputer
+    one = _learned(cls, [B for batches in shards for B in batches])
+    stats = [_learned(cls, batches).statistics() for batches in shards]
+    merged = _merge_all(cls, stats)
+    assert_same_statistics(merged, one.statistics(), _scale(np.nan_to_num(X)), X.shape[0])
+    rest = cls.subtract_statistics(merged, stats[0])
+    assert_same_statistics(rest, _merge_all(cls, stats[1:]), _scale(np.nan_to_num(X)),
+                           X.shape[0])
+    p = cls()
+    p.load_statistics(merged)
+    assert_same_transform(p.transform(X), one.transform(X))
+    assert not np.isnan(p.transform(X)).any()
 
 
 # --- plain checks -------------------------------------------------------------------------

@@ -46,6 +46,10 @@ class Preprocessor(Component, abc.ABC):
     #: ``learn_targets``, ``scale_targets`` and ``inverse``, and passes the features
     #: through: :class:`learning.preprocessors.TargetStandardScaler`)
     targets: ClassVar[bool] = False
+    #: True for a preprocessor that must come first in a pipeline's chain (a Create that
+    #: places it later is refused: :func:`learning.registry.check_targets`):
+    #: :class:`learning.preprocessors.StatImputer`, which fills missing values
+    first_only: ClassVar[bool] = False
 
     def output_width(self, n_features: int) -> int:
         """The width of what this preprocessor makes of records of ``n_features``

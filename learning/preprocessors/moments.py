@@ -5,7 +5,9 @@ Two kinds, each a dict of plain ints and 1-D float64 arrays of one width ``d``:
 
 - moments ``{"n": int, "mean": (d,), "m2": (d,)}`` (``m2``: sum of squared deviations
   from the mean), kept by the standard scaler and the running mean and variance;
-- extremes ``{"n": int, "min": (d,), "max": (d,)}``, kept by the min-max scaler.
+- extremes ``{"n": int, "min": (d,), "max": (d,)}``, kept by the min-max scaler;
+- counted means ``{"n": int, "count": (d,), "mean": (d,)}`` (``count``: per feature, the
+  records in which it was present), kept by the imputer of missing values.
 
 ``{"n": 0}`` (or None) is the empty record set. ``merge_*`` gives the statistics of the
 union of two disjoint record sets; ``subtract_*`` those of the records of a set that are
@@ -28,12 +30,14 @@ import numpy as np
 
 from learning.errors import ParameterError
 
-__all__ = ["MOMENTS", "EXTREMES", "MergeableStatistics", "combine_moments", "batch_moments",
-           "check_moments", "merge_moments", "subtract_moments",
-           "check_extremes", "merge_extremes", "subtract_extremes"]
+__all__ = ["MOMENTS", "EXTREMES", "COUNTED_MEANS", "MergeableStatistics", "combine_moments",
+           "batch_moments", "check_moments", "merge_moments", "subtract_moments",
+           "check_extremes", "merge_extremes", "subtract_extremes",
+           "check_counted_means", "merge_counted_means", "subtract_counted_means"]
 
 MOMENTS = ("mean", "m2")
 EXTREMES = ("min", "max")
+COUNTED_MEANS = ("count", "mean")
 
 
 def combine_moments(n_a: Any, mean_a: np.ndarray, m2_a: np.ndarray,
@@ -368,9 +372,122 @@ def subtract_extremes(total: dict | None, part: dict | None) -> dict:
     return {**total, "n": n_b}
 
 
+def check_counted_means(s: dict | None, n_features: int | None = None) -> dict | None:
+    """Validate counted means ``{"n", "count", "mean"}``.
+
+    Parameters
+    ----------
+    s : dict or None
+        ``{"n": int >= 0, "count": (d,), "mean": (d,)}``: per feature the records in which
+        it was present (whole numbers in [0, n]) and the mean of its values there (0 where
+        the count is 0); the arrays may be absent when ``n == 0``.
+    n_features : int or None
+        The width ``d`` expected, if known.
+
+    Returns
+    -------
+    dict or None
+        A copy with new float64 arrays, or None when ``s`` holds no records.
+
+    Raises
+    ------
+    learning.errors.ParameterError (a ValueError)
+        Naming the statistic: a bad ``n``, an unknown key, a missing, non-finite or
+        wrongly sized array, a count that is not a whole number in [0, n].
+    """
+    s = _check(s, COUNTED_MEANS, n_features)
+    if s is not None:
+        c = s["count"]
+        if np.any(c < 0) or np.any(c > s["n"]) or np.any(c != np.round(c)):
+            raise ParameterError("count", f"count must be whole numbers in [0, n = {s['n']}]")
+    return s
+
+
+def _counted_mean(count: np.ndarray, mean: np.ndarray, shifted: np.ndarray) -> np.ndarray:
+    """``mean`` moved by ``shifted`` where ``count > 0``, else 0."""
+    return np.where(count > 0, mean + shifted, 0.0)
+
+
+def merge_counted_means(a: dict | None, b: dict | None) -> dict:
+    """The counted means of the union of two disjoint record sets: counts added, per
+    feature ``mean = mean_a + (mean_b − mean_a) count_b / count`` (0 where no record had
+    the feature).
+
+    Parameters
+    ----------
+    a, b : dict or None
+        Counted means ``{"n", "count": (d,), "mean": (d,)}``; None or ``{"n": 0}`` for no
+        records.
+
+    Returns
+    -------
+    dict
+        New counted means; ``{"n": 0}`` when neither side has records.
+
+    Raises
+    ------
+    learning.errors.ParameterError (a ValueError)
+        If either side is invalid (:func:`check_counted_means`) or the widths differ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = {"n": 2, "count": np.array([2.0, 0.0]), "mean": np.array([2.0, 0.0])}
+    >>> b = {"n": 1, "count": np.array([1.0, 1.0]), "mean": np.array([5.0, 7.0])}
+    >>> m = merge_counted_means(a, b)
+    >>> m["n"], m["count"].tolist(), m["mean"].tolist()
+    (3, [3.0, 1.0], [3.0, 7.0])
+    """
+    a, b = check_counted_means(a), check_counted_means(b)
+    _same_width(a, b, "mean")
+    if a is None or b is None:
+        return a or b or {"n": 0}
+    count = a["count"] + b["count"]
+    safe = np.where(count > 0, count, 1.0)
+    mean = _counted_mean(count, a["mean"], (b["mean"] - a["mean"]) * (b["count"] / safe))
+    return {"n": a["n"] + b["n"], "count": count, "mean": mean}
+
+
+def subtract_counted_means(total: dict | None, part: dict | None) -> dict:
+    """The counted means of the records in ``total`` that are not in ``part``
+    (``part ⊆ total``): counts subtracted, per feature
+    ``mean_b = mean_a + (mean − mean_a) count / count_b`` (0 where ``count_b`` is 0).
+
+    Parameters
+    ----------
+    total, part : dict or None
+        Counted means; None or ``{"n": 0}`` for no records.
+
+    Returns
+    -------
+    dict
+        New counted means; ``{"n": 0}`` when ``part`` has every record of ``total``.
+
+    Raises
+    ------
+    learning.errors.ParameterError (a ValueError)
+        If either side is invalid (:func:`check_counted_means`), the widths differ, or
+        ``part`` has more records than ``total`` (in all, or of one feature).
+    """
+    total, part = check_counted_means(total), check_counted_means(part)
+    _same_width(total, part, "mean")
+    n_b = _subtracted_count(total, part)
+    if n_b == 0:
+        return {"n": 0}
+    if part is None:
+        return total
+    count_b = total["count"] - part["count"]
+    if np.any(count_b < 0):
+        raise ParameterError("count", "part has more records of a feature than total")
+    safe = np.where(count_b > 0, count_b, 1.0)
+    mean = _counted_mean(count_b, part["mean"],
+                         (total["mean"] - part["mean"]) * (total["count"] / safe))
+    return {"n": n_b, "count": count_b, "mean": mean}
+
+
 class MergeableStatistics:
-    """What a preprocessor with running statistics of one kind (:data:`MOMENTS` or
-    :data:`EXTREMES`, named by ``_STATISTICS``) shares: ``statistics``,
+    """What a preprocessor with running statistics of one kind (:data:`MOMENTS`,
+    :data:`EXTREMES` or :data:`COUNTED_MEANS`, named by ``_STATISTICS``) shares: ``statistics``,
     ``load_statistics``, ``merge_statistics`` and ``subtract_statistics`` of
     :class:`learning.preprocessors.Preprocessor`, from two hooks: ``_get_statistics()``
     (the two arrays of the kind, ``(d,)`` float64 each, while ``n > 0``) and
@@ -424,4 +541,5 @@ class MergeableStatistics:
 
 #: kind → (check, merge, subtract)
 _KINDS = {MOMENTS: (check_moments, merge_moments, subtract_moments),
-          EXTREMES: (check_extremes, merge_extremes, subtract_extremes)}
+          EXTREMES: (check_extremes, merge_extremes, subtract_extremes),
+          COUNTED_MEANS: (check_counted_means, merge_counted_means, subtract_counted_means)}

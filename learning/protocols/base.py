@@ -25,6 +25,7 @@ from learning.learners.base import label_key
 from learning.learners.labels import LabelIndex
 from learning.metrics import SUPERVISED_TASKS, QualityState, json_number, report
 from learning.pipeline import Pipeline
+from learning.preprocessors.imputer import StatImputer
 from learning.protocols.parameters import TRAINING_PARAMETERS
 from learning.registry import (make_learner, make_pipeline, make_preprocessor,
                                model_learner_spec)
@@ -293,6 +294,9 @@ class PipelineSpoke(ModelWidth, Node):
     _label_bounds: tuple[float, float] | None = None
     #: whether either is declared
     _bounded = False
+    #: whether a record's feature may be ``null`` (a missing value): the pipeline's first
+    #: preprocessor imputes them (:class:`learning.preprocessors.StatImputer`)
+    missing_ok = False
 
     def _counts_classes(self) -> bool:
         """Whether this spoke counts its stream's classes against ``maxClasses``: a
@@ -392,6 +396,8 @@ class PipelineSpoke(ModelWidth, Node):
         self._bounds = _declared_bounds(cfg, "featureMin", "featureMax")
         self._label_bounds = _declared_bounds(cfg, "labelMin", "labelMax")
         self._bounded = self._bounds is not None or self._label_bounds is not None
+        preps = self.pipeline.preprocessors
+        self.missing_ok = bool(preps) and isinstance(preps[0], StatImputer)
         quorum = TRAINING_PARAMETERS["layoutQuorum"].of(cfg)  # while the layout is pending
         if quorum != getattr(self, "quorum", None):
             self.quorum, self._vote_every = quorum, 0  # the next vote at the new quorum's share
@@ -413,7 +419,8 @@ class PipelineSpoke(ModelWidth, Node):
         features = rec["features"]
         layout = self.layout
         try:
-            width, kind = inspect_record(features, label, train and self._supervised)
+            width, kind = inspect_record(features, label, train and self._supervised,
+                                         self.missing_ok)
             if self._bounded:
                 self._check_bounds(features, label, kind)
             if layout.pending:
@@ -680,7 +687,7 @@ class PipelineSpoke(ModelWidth, Node):
         """
         rec = {"features": features, "label": label}
         try:
-            width, kind = inspect_record(features, label, self._supervised)
+            width, kind = inspect_record(features, label, self._supervised, self.missing_ok)
             if self._bounded:
                 self._check_bounds(features, label, kind)
             self._adopt(width, kind)
@@ -701,7 +708,7 @@ class PipelineSpoke(ModelWidth, Node):
             When the record does not fit this pipeline (counted in ``rejected``).
         """
         try:
-            width, _ = inspect_record(features, None, False)
+            width, _ = inspect_record(features, None, False, self.missing_ok)
             if self._bounded:
                 self._check_bounds(features, None, None)
             self._adopt(width, None)
@@ -985,7 +992,8 @@ class PipelineSpoke(ModelWidth, Node):
         for features, label in zip(X, y):
             rec = {"features": features, "label": label}
             try:
-                layout.check(*inspect_record(features, label, self._supervised), label)
+                layout.check(*inspect_record(features, label, self._supervised,
+                                             self.missing_ok), label)
             except RecordRejected as exc:
                 self.refuse(rec, exc)
                 continue
