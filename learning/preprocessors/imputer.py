@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from learning.errors import ParameterError
 from learning.hyperparameters import check_stored
 from learning.preprocessors import moments
 from learning.preprocessors.base import Preprocessor
-from learning.preprocessors.scalers import _as_batch, _check_count, _check_vector
+from learning.preprocessors.scalers import _as_batch, _check_count
 
 __all__ = ["StatImputer"]
 
@@ -153,10 +152,9 @@ class StatImputer(moments.MergeableStatistics, Preprocessor):
         n, d = _check_count(parameters)
         self.n, self.n_features = n, d
         if n:
-            count = _check_vector(parameters, "count", d)
-            if np.any(count < 0) or np.any(count > n) or np.any(count != np.round(count)):
-                raise ParameterError("count", f"count must be whole numbers in [0, n = {n}]")
-            self.count, self.mean = count, _check_vector(parameters, "mean", d)
+            s = moments.check_counted_means(
+                {"n": n, "count": parameters.get("count"), "mean": parameters.get("mean")}, d)
+            self.count, self.mean = s["count"], s["mean"]
 
     # mergeable statistics (moments.MergeableStatistics)
     def _get_statistics(self) -> tuple[np.ndarray, np.ndarray]:
