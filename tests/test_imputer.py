@@ -154,3 +154,25 @@ def test_the_external_predictor_fills_a_null_where_the_pipeline_imputes():
     assert "prediction" in answers["imputes"][0] and "prediction" in answers["imputes"][1]
     assert answers["does not"][0]["error"] == "features must be finite numbers"
     assert "prediction" in answers["does not"][1]
+
+
+def test_the_stream_command_writes_missing_cells_as_null_through_the_broker(broker, tmp_path,
+                                                                            capsys):
+    import json
+
+    from flink_jobs.cli import main
+    from flink_jobs.kafka_io import TopicReader
+
+    path = tmp_path / "sensors.csv"
+    path.write_text("t,h,label\n21.5,40,0\n,NA,1\n22.0,?,0\n", encoding="utf-8")
+    prefix = "missing-"
+    assert main(["stream", str(path), "--missing", ",NA,?", "--forecast-every", "0",
+                 "--no-progress", "--bootstrap-servers", broker.bootstrap_servers,
+                 "--topic-prefix", prefix]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["training"] == 3 and summary["skipped"] == 0
+    reader = TopicReader(broker.bootstrap_servers, prefix + "training")
+    got = list(reader.drain(idle_ms=500))
+    reader.close()
+    by_id = {r["id"]: r["features"] for r in got}  # the topic's partitions interleave
+    assert by_id == {0: [21.5, 40.0], 1: [None, None], 2: [22.0, None]}
