@@ -11,6 +11,7 @@ import logging
 import math
 from collections import Counter, deque
 from dataclasses import replace
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -86,6 +87,28 @@ def dead_letter(rec: Any, exc: RecordRejected, pipeline: Any, spoke: int,
                "head": raw[:1000].decode("utf-8", "replace")}
     return {"pipeline": pipeline, "spoke": spoke, "code": exc.code, "reason": str(exc),
             "record": rec}
+
+
+def _inspect_declared(missing_ok: bool, bounds: tuple[float, float] | None,
+                      label_bounds: tuple[float, float] | None, features: Any, label: Any,
+                      labelled: bool) -> tuple[int, str | None]:
+    """:func:`learning.layout.inspect_record` for a pipeline that takes missing values
+    (``missing_ok``) or declared bounds of its features and (a labelled record's) number
+    label (``trainingConfiguration`` ``featureMin`` / ``featureMax``, ``labelMin`` /
+    ``labelMax``; None: not declared).
+
+    Raises
+    ------
+    RecordRejected
+        As :func:`learning.layout.inspect_record`, and ``feature_range`` or ``label_range``
+        (:func:`learning.layout.check_bounds`, :func:`learning.layout.check_label_bounds`).
+    """
+    width, kind = inspect_record(features, label, labelled, missing_ok)
+    if bounds is not None:
+        check_bounds(features, bounds)
+    if label_bounds is not None and kind is not None:
+        check_label_bounds(label, kind, label_bounds)
+    return width, kind
 
 
 def _declared_bounds(cfg: dict, low: str, high: str) -> tuple[float, float] | None:
@@ -292,11 +315,14 @@ class PipelineSpoke(ModelWidth, Node):
     #: is (:func:`learning.layout.check_bounds`, :func:`learning.layout.check_label_bounds`)
     _bounds: tuple[float, float] | None = None
     _label_bounds: tuple[float, float] | None = None
-    #: whether either is declared
-    _bounded = False
     #: whether a record's feature may be ``null`` (a missing value): the pipeline's first
     #: preprocessor imputes them (:class:`learning.preprocessors.StatImputer`)
     missing_ok = False
+    #: a record's checks before the layout's, ``(features, label, labelled) -> (width,
+    #: kind)``: :func:`learning.layout.inspect_record`, or with the declared bounds and
+    #: missing values (:func:`_inspect_declared`), chosen once by :meth:`configure` so
+    #: that a pipeline without them pays nothing per record
+    _inspect = staticmethod(inspect_record)
 
     def _counts_classes(self) -> bool:
         """Whether this spoke counts its stream's classes against ``maxClasses``: a
@@ -395,9 +421,11 @@ class PipelineSpoke(ModelWidth, Node):
         self.max_classes = TRAINING_PARAMETERS["maxClasses"].of(cfg)
         self._bounds = _declared_bounds(cfg, "featureMin", "featureMax")
         self._label_bounds = _declared_bounds(cfg, "labelMin", "labelMax")
-        self._bounded = self._bounds is not None or self._label_bounds is not None
         preps = self.pipeline.preprocessors
         self.missing_ok = bool(preps) and isinstance(preps[0], StatImputer)
+        declared = (self.missing_ok, self._bounds, self._label_bounds)
+        self._inspect = inspect_record if declared == (False, None, None) else partial(
+            _inspect_declared, *declared)
         quorum = TRAINING_PARAMETERS["layoutQuorum"].of(cfg)  # while the layout is pending
         if quorum != getattr(self, "quorum", None):
             self.quorum, self._vote_every = quorum, 0  # the next vote at the new quorum's share
@@ -419,10 +447,7 @@ class PipelineSpoke(ModelWidth, Node):
         features = rec["features"]
         layout = self.layout
         try:
-            width, kind = inspect_record(features, label, train and self._supervised,
-                                         self.missing_ok)
-            if self._bounded:
-                self._check_bounds(features, label, kind)
+            width, kind = self._inspect(features, label, train and self._supervised)
             if layout.pending:
                 if width != self._sized_width:  # the width of the last record that fit
                     self._check_size(width, None)
@@ -447,20 +472,6 @@ class PipelineSpoke(ModelWidth, Node):
                 self.flush()
         else:
             self._take(False, rec)
-
-    def _check_bounds(self, features: list, label: Any, kind: str | None) -> None:
-        """The declared bounds of a record's features and (``kind`` not None: a
-        labelled training record) of its number label.
-
-        Raises
-        ------
-        RecordRejected
-            ``feature_range`` or ``label_range``.
-        """
-        if self._bounds is not None:
-            check_bounds(features, self._bounds)
-        if self._label_bounds is not None and kind is not None:
-            check_label_bounds(label, kind, self._label_bounds)
 
     def on_records(self, train: bool, recs: list) -> int:
         """The records of one Kafka message (a JSON array of objects with ``features``),
@@ -687,9 +698,7 @@ class PipelineSpoke(ModelWidth, Node):
         """
         rec = {"features": features, "label": label}
         try:
-            width, kind = inspect_record(features, label, self._supervised, self.missing_ok)
-            if self._bounded:
-                self._check_bounds(features, label, kind)
+            width, kind = self._inspect(features, label, self._supervised)
             self._adopt(width, kind)
             self.layout.check(width, kind, label)
         except RecordRejected as exc:
@@ -708,9 +717,7 @@ class PipelineSpoke(ModelWidth, Node):
             When the record does not fit this pipeline (counted in ``rejected``).
         """
         try:
-            width, _ = inspect_record(features, None, False, self.missing_ok)
-            if self._bounded:
-                self._check_bounds(features, None, None)
+            width, _ = self._inspect(features, None, False)
             self._adopt(width, None)
             self.layout.check(width, None, None)
             return self._predict(features)
@@ -992,8 +999,7 @@ class PipelineSpoke(ModelWidth, Node):
         for features, label in zip(X, y):
             rec = {"features": features, "label": label}
             try:
-                layout.check(*inspect_record(features, label, self._supervised,
-                                             self.missing_ok), label)
+                layout.check(*self._inspect(features, label, self._supervised), label)
             except RecordRejected as exc:
                 self.refuse(rec, exc)
                 continue
