@@ -992,8 +992,9 @@ class PipelineSpoke(ModelWidth, Node):
         and dead-lettered with the reason), never dropped unseen."""
         X, y = list(self._X), list(self._y)
         for batch, first in self._work or ():
-            if first:
-                X.extend(batch.X.tolist())
+            if first:  # a missing value is NaN there, null again (the imputer's input)
+                X.extend([[None if v != v else v for v in row] for row in batch.X.tolist()]
+                         if self.missing_ok else batch.X.tolist())
                 y.extend(batch.y.tolist() if hasattr(batch.y, "tolist") else batch.y)
         self._X, self._y, self._work = [], [], deque()
         for features, label in zip(X, y):
