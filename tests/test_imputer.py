@@ -45,6 +45,13 @@ def test_the_imputer_is_rivers_stat_imputer_record_by_record():
         ours.statistics()["count"].tolist()
 
 
+def test_the_imputer_passes_the_preprocessor_checks_with_values_missing():
+    from tests.checks import check_preprocessor
+
+    X = _with_missing(np.random.default_rng(2).normal(size=(200, 5)), 0.3)
+    check_preprocessor(StatImputer, X, size=16)
+
+
 def _digits(missing_share: float) -> list:
     from sklearn.datasets import load_digits
 

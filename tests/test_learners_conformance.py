@@ -17,7 +17,7 @@ from learning.learners import (CNN, MLP, HoeffdingAdaptiveTree, HoeffdingTree, K
                                MLPRegressor, OnlineRidge, OnlineSVM, PAClassifier,
                                PARegressor)
 from learning.preprocessors import (FeatureSelector, MinMaxScaler, PolynomialFeatures,
-                                    RunningMeanVariance, TargetStandardScaler)
+                                    RunningMeanVariance, StatImputer, TargetStandardScaler)
 from learning.registry import LEARNERS, PREPROCESSORS, check_pairing, make_learner
 from tests.checks import (batches, check_learner, check_preprocessor,
                           check_target_preprocessor)
@@ -82,6 +82,7 @@ PREPROCESSOR_CASES = {
                                                                   interaction_only=True),
     "TargetStandardScaler": lambda: TargetStandardScaler(),
     "TargetStandardScaler-mean": lambda: TargetStandardScaler(with_std=False),
+    "StatImputer": lambda: StatImputer(),  # with missing values: tests/test_imputer.py
 }
 
 
