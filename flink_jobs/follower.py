@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from flink_jobs.kafka_io import TopicReader
+from learning.layout import RecordRejected, check_bounds, feature_bounds
 from learning.preprocessors import StatImputer
 from operators.weights import GlobalModel, ModelAssembler
 
@@ -33,7 +34,10 @@ def predict_records(model: GlobalModel, records: Iterable[Any], scores: bool = F
     prediction format (``id``, ``pipeline``, ``prediction``, ``modelVersion``; with
     ``scores``, ``classes`` and ``probabilities`` where the learner has them) without
     ``spoke``; a record that cannot be predicted gets ``{"id", "pipeline", "error"}``
-    (the reason) instead, and the others are unaffected.
+    (the reason) instead, and the others are unaffected: a record of another width, with
+    a feature that is not a finite number (or null where the pipeline imputes), or outside
+    the pipeline's ``featureMin`` / ``featureMax`` (the spokes' reason,
+    :func:`learning.layout.check_bounds`).
 
     Parameters
     ----------
@@ -50,6 +54,8 @@ def predict_records(model: GlobalModel, records: Iterable[Any], scores: bool = F
         width = model.model.learner.layout().get("n_features")
     preps = model.model.preprocessors
     missing_ok = bool(preps) and isinstance(preps[0], StatImputer)  # it fills a null
+    cfg = (model.meta or {}).get("trainingConfiguration") or {}
+    bounds = feature_bounds(cfg.get("featureMin"), cfg.get("featureMax"))  # as the spokes
     out: list[dict | None] = [None] * len(recs)
     good: list[int] = []
     rows: list[list[float]] = []
@@ -67,6 +73,11 @@ def predict_records(model: GlobalModel, records: Iterable[Any], scores: bool = F
                      and math.isfinite(x) or (x is None and missing_ok) for x in features):
             problem = ("features must be finite numbers, or null where the pipeline imputes"
                        if missing_ok else "features must be finite numbers")
+        elif bounds is not None:
+            try:
+                check_bounds(features, bounds)
+            except RecordRejected as exc:
+                problem = str(exc)
         if problem is not None:
             out[i] = {"id": rid, "pipeline": model.pipeline, "error": problem}
             continue

@@ -19,13 +19,14 @@ fit this pipeline). Each refusal is a :class:`RecordRejected` with a machine-rea
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 __all__ = ["RecordRejected", "Layout", "inspect_record", "all_fit", "check_bounds",
-           "check_label_bounds", "label_kind", "REASONS", "DEFAULT_QUORUM", "MAX_ABS_FEATURE",
-           "MAX_LABEL_CHARS", "decide", "declared_layout"]
+           "feature_bounds", "check_label_bounds", "label_kind", "REASONS", "DEFAULT_QUORUM",
+           "MAX_ABS_FEATURE", "MAX_LABEL_CHARS", "decide", "declared_layout"]
 
 #: Records that must agree (strict majority of the votes) before an undeclared layout is
 #: fixed. Each spoke votes after ``ceil(quorum / n_spokes)`` records of its own.
@@ -64,6 +65,7 @@ REASONS = {
 
 _FEATURE_TYPES = frozenset((int, float, bool))
 _hypot = math.hypot
+_le = operator.le
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "string"}
 #: label kinds that need no check beyond their type (a string's length is checked)
 _PLAIN_KINDS = frozenset(("bool", "int", "float"))
@@ -175,30 +177,39 @@ def inspect_record(features: Any, label: Any, labelled: bool,
     return len(features), kind
 
 
-def check_bounds(features: list, bounds: tuple[float, float]) -> None:
+def check_bounds(features: list, bounds: tuple) -> None:
     """Refuse a record with a feature outside its pipeline's declared bounds
     (``trainingConfiguration`` ``featureMin`` / ``featureMax``): a sentinel (-9999 for a
     missing reading, 3.4e38 for float32's largest) or a glitch of a sensor is an accepted
     number, and one of them in a running StandardScaler's or MinMaxScaler's statistics
     flattens that feature in every later record, for good (PA behind a StandardScaler on
     1,500 digits records: prequential accuracy 0.885, and 0.250 with six such records
-    among them, ``tests/test_feature_bounds.py``); declared bounds keep them out.
+    among them, ``tests/test_feature_bounds.py``); declared bounds keep them out. Bounds
+    given feature by feature also catch a sentinel that lies within another feature's
+    range (-9999 from a thermometer beside a pressure of -10,000).
 
     Parameters
     ----------
     features : list
         A record's ``features`` that passed :func:`inspect_record` (JSON numbers, or
         ``null`` for a missing one, which is not compared).
-    bounds : (float, float)
-        ``(featureMin, featureMax)``; ``-inf`` / ``inf`` where one is not declared.
+    bounds : (float, float) or (tuple of float, tuple of float)
+        ``(featureMin, featureMax)``, one number each for every feature or one tuple each
+        with a bound per feature (:func:`feature_bounds`); ``-inf`` / ``inf`` where one is
+        not declared.
 
     Raises
     ------
     RecordRejected
         ``feature_range``, naming the first feature outside and the bounds
-        (``feature 3 = 3.4e+38 is outside [featureMin, featureMax] = [-1000, 1000]``).
+        (``feature 3 = 3.4e+38 is outside [featureMin, featureMax] = [-1000, 1000]``);
+        ``width`` where the bounds are per feature and the record has another number of
+        features.
     """
     lo, hi = bounds
+    if type(lo) is tuple:
+        _check_each(features, lo, hi)
+        return
     try:
         if not features or lo <= min(features) and max(features) <= hi:
             return
@@ -208,6 +219,41 @@ def check_bounds(features: list, bounds: tuple[float, float]) -> None:
         if v is not None and not lo <= v <= hi:
             raise RecordRejected(f"feature {i} = {v:g} is outside [featureMin, featureMax] = "
                                  f"[{lo:g}, {hi:g}]", "feature_range")
+
+
+def _check_each(features: list, lo: tuple, hi: tuple) -> None:
+    """:func:`check_bounds` with a bound per feature."""
+    if len(features) != len(lo):
+        raise RecordRejected(f"the record has {len(features)} features; featureMin / "
+                             f"featureMax declare {len(lo)}", "width")
+    try:
+        if all(map(_le, lo, features)) and all(map(_le, features, hi)):
+            return
+    except TypeError:  # a missing value (None), for a pipeline that imputes
+        pass
+    for i, v in enumerate(features):
+        if v is not None and not lo[i] <= v <= hi[i]:
+            raise RecordRejected(f"feature {i} = {v:g} is outside [featureMin[{i}], "
+                                 f"featureMax[{i}]] = [{lo[i]:g}, {hi[i]:g}]", "feature_range")
+
+
+def feature_bounds(low: float | list | None, high: float | list | None) -> tuple | None:
+    """The bounds :func:`check_bounds` takes from a ``trainingConfiguration``'s validated
+    ``featureMin`` and ``featureMax`` (each None, a number, or a list of numbers and None
+    per feature): ``(low, high)`` as two floats, or where either is a list as two tuples of
+    one float per feature; ``-inf`` / ``inf`` where none is declared; None when neither
+    is declared."""
+    if low is None and high is None:
+        return None
+    n = len(low) if isinstance(low, list) else len(high) if isinstance(high, list) else 0
+    if not n:
+        return (-math.inf if low is None else float(low),
+                math.inf if high is None else float(high))
+
+    def each(v: float | list | None, none: float) -> tuple:
+        vs = v if isinstance(v, list) else [v] * n
+        return tuple(none if x is None else float(x) for x in vs)
+    return each(low, -math.inf), each(high, math.inf)
 
 
 def check_label_bounds(label: Any, kind: str | None, bounds: tuple[float, float]) -> None:
@@ -252,7 +298,7 @@ def all_fit(layout: "Layout", features: list, labels: list | None,
     labels : list or None
         Each record's ``label`` (None for a record without one) where the labels count (a
         supervised learner's training records), else None.
-    bounds : (float, float) or None
+    bounds : tuple or None
         The pipeline's ``(featureMin, featureMax)`` (:func:`check_bounds`), None: none.
     label_bounds : (float, float) or None
         Its ``(labelMin, labelMax)`` (:func:`check_label_bounds`), None: none.
@@ -266,9 +312,14 @@ def all_fit(layout: "Layout", features: list, labels: list | None,
             return False
     except (TypeError, OverflowError):
         return False
-    if bounds is not None and features and not (
-            bounds[0] <= min(map(min, features)) and max(map(max, features)) <= bounds[1]):
-        return False
+    if bounds is not None and features:
+        lo, hi = bounds
+        if type(lo) is tuple:
+            if len(lo) != width or not all(
+                    [all(map(_le, lo, f)) and all(map(_le, f, hi)) for f in features]):
+                return False
+        elif not (lo <= min(map(min, features)) and max(map(max, features)) <= hi):
+            return False
     if labels is None:
         return True
     kinds = {_SCALARS.get(type(label)) for label in labels}

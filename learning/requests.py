@@ -204,8 +204,11 @@ def _schema_error(error: jsonschema.ValidationError, request_id: Any,
     where = _path(error.absolute_path)
     instance = error.instance
     config = doc.get("trainingConfiguration") if doc is not None else None
-    if error.validator is None and where == "trainingConfiguration" and isinstance(config, dict):
-        # a key the named protocol does not take (a false subschema): the validator says whose
+    if isinstance(config, dict) and (
+            error.validator is None and where == "trainingConfiguration"
+            or error.validator == "anyOf" and where.startswith("trainingConfiguration.")):
+        # a key the named protocol does not take (a false subschema): the validator says
+        # whose; a value none of a key's forms allows: the validator says which it allows
         try:
             validate_training_configuration(config, create=doc.get("request") == "Create")
         except RequestError as exc:
@@ -317,8 +320,9 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
         - ``invalid_json``: not parseable, or not a JSON object (field None);
         - ``schema``: violates ``request.schema.json`` or a declared parameter
           (:func:`learning.protocols.parameters.validate_training_configuration`: a
-          protocol's required parameters and rules); ``field`` is the dotted path of the
-          offending key (e.g. ``trainingConfiguration.miniBatchSize``), an unknown key is
+          protocol's required parameters and rules), or for Create ``featureMin`` /
+          ``featureMax`` arrays of another length than the learner's ``n_features``;
+          ``field`` is the dotted path of the offending key (e.g. ``trainingConfiguration.miniBatchSize``), an unknown key is
           named by its own path;
         - ``unknown_protocol`` (field ``trainingConfiguration.protocol``);
         - ``unknown_learner``, ``unknown_preprocessor``, ``invalid_hyperparameter``,
@@ -345,6 +349,30 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
         exc.pipeline = int(doc["id"]) if _valid_id(doc.get("id")) else None
         exc.kind = doc.get("request") if doc.get("request") in REQUEST_TYPES else None
         raise
+
+
+def _check_bounds_width(config: dict, learner: dict | None) -> None:
+    """Refuse features' bounds given per feature (``featureMin`` / ``featureMax`` arrays)
+    for another width than the learner's declared ``n_features``: every record would be
+    refused (``width``).
+
+    Raises
+    ------
+    RequestError
+        ``schema``, field ``trainingConfiguration.featureMin`` (or ``featureMax``).
+    """
+    n_features = None
+    for part in ("parameters", "hyperParameters"):
+        n_features = ((learner or {}).get(part) or {}).get("n_features")
+        if n_features is not None:
+            break
+    for key in ("featureMin", "featureMax"):
+        bounds = config.get(key)
+        if isinstance(bounds, list) and isinstance(n_features, int) and \
+                len(bounds) != n_features:
+            raise RequestError("schema", f"trainingConfiguration.{key} has {len(bounds)} "
+                               f"values, one per feature, but the learner declares "
+                               f"n_features {n_features}", f"trainingConfiguration.{key}")
 
 
 def _valid_id(value: Any) -> bool:
@@ -389,6 +417,7 @@ def _parse(doc: dict, request_id: Any, protocols: Collection[str] | None,
         try:
             if kind == "Create":
                 check_targets(pre_processors, learner)
+                _check_bounds_width(config, learner)
             if max_model_params is not None:  # before anything is built
                 check_sizes(learner, pre_processors, max_model_params)
             for i, spec in enumerate(pre_processors):

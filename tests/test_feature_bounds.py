@@ -5,7 +5,10 @@ them in a running scaler's statistics flattens every later record for good. With
 declared such a record is refused alone (``feature_range``, dead-lettered with the
 feature and the bounds), and the pipeline predicts exactly as on the stream without it;
 without bounds the same stream costs the pipeline most of its accuracy. The same for a
-regression target's sentinel (``label_range``)."""
+regression target's sentinel (``label_range``). Bounds given feature by feature (arrays)
+catch a sentinel that lies within another feature's range: Shuttle's sixth feature spans
+-26,739 to 15,164, so one range for all features lets a -9999 in the first (27 to 126)
+through."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import orjson
 import pytest
 
 from learning.errors import RequestError
-from learning.layout import Layout, RecordRejected, all_fit, check_bounds
+from learning.layout import Layout, RecordRejected, all_fit, check_bounds, feature_bounds
 from learning.requests import parse_request
 from operators.local import LocalNetwork
 
@@ -151,7 +154,20 @@ def test_bounds_refuse_the_glitches_alone_and_the_pipeline_predicts_as_without_t
         (q0["prequentialAccuracy"], q1["prequentialAccuracy"])
 
 
+def _shuttle_ranges() -> tuple[list, list]:
+    """Shuttle's ranges feature by feature, one wider each way: what a user declares from
+    the sensors' specifications."""
+    from learning.datasets import shuttle
+
+    X, _ = shuttle()
+    return (np.floor(X.min(axis=0)) - 1).tolist(), (np.ceil(X.max(axis=0)) + 1).tolist()
+
+
 def test_on_flink_bounds_refuse_sentinels_and_the_stream_goes_on(broker):
+    """Three pipelines on Shuttle with ten records at 3.4e38 (one feature each) and ten at
+    -9999 in the first feature (27 to 126): 0 without bounds takes all twenty, 1 with one
+    range for all features refuses the first ten, 2 with Shuttle's ranges feature by
+    feature all twenty."""
     from flink_jobs.session import Session, local_config
     from learning.datasets import shuttle
 
@@ -159,25 +175,171 @@ def test_on_flink_bounds_refuse_sentinels_and_the_stream_goes_on(broker):
     X, y = X[:3000].copy(), y[:3000]
     glitches = np.arange(100, 3000, 300)  # ten records, one feature each at the sentinel
     X[glitches, glitches % 9] = SENTINEL
+    minus = np.arange(150, 3000, 283)  # ten records, -9999 in the first feature
+    assert not set(minus) & set(glitches)
+    X[minus, 0] = -9999.0
+    low, high = _shuttle_ranges()
     cfg = local_config(broker.bootstrap_servers, topic_prefix="bounds-", spokes=2)
     with Session(cfg, "bounds") as s:
-        for pid, bounds in ((0, {}), (1, {"featureMin": -1e6, "featureMax": 1e6})):
+        for pid, bounds in ((0, {}), (1, {"featureMin": -1e6, "featureMax": 1e6}),
+                            (2, {"featureMin": low, "featureMax": high})):
             create = {**_create(pid, **bounds), "learner": {
                 "name": "PA", "hyperParameters": {"C": 0.01}, "parameters": {"n_features": 9}}}
             assert s.request(create, timeout=120)["status"] == "ok"
-        held, n_train, n_fore = s.stream(X, y, records_per_message=50)
-        n_bad = len(glitches)
-        bad_fore = sum(1 for i in glitches if i % 5 == 4)
-        q1 = s.wait_until_counted(1, n_train - (n_bad - bad_fore), n_fore - bad_fore,
-                                  timeout=120)
-        q0 = s.wait_until_counted(0, n_train, n_fore, timeout=120)  # taken, as any number
-        letters = [d for d in s.reread(cfg.topics.dead_letters) if d.get("pipeline") == 1]
-    assert q1["rejectedBy"] == {"feature_range": n_bad} and q1["service"]["restores"] == 0
-    assert sorted(d["record"]["id"] for d in letters) == glitches.tolist()
+        _, n_train, n_fore = s.stream(X, y, records_per_message=50)
+        q = {}
+        for pid, bad in ((1, glitches), (2, np.concatenate([glitches, minus]))):
+            bad_fore = sum(1 for i in bad if i % 5 == 4)
+            q[pid] = s.wait_until_counted(pid, n_train - (len(bad) - bad_fore),
+                                          n_fore - bad_fore, timeout=120)
+        q[0] = s.wait_until_counted(0, n_train, n_fore, timeout=120)  # taken, as any number
+        letters = s.reread(cfg.topics.dead_letters)
+        spec = s.request({"id": 2, "request": "Query", "requestId": "q2"}, timeout=60)
+    by = {pid: [d for d in letters if d.get("pipeline") == pid] for pid in (1, 2)}
+    assert q[1]["rejectedBy"] == {"feature_range": 10} and q[1]["service"]["restores"] == 0
+    assert sorted(d["record"]["id"] for d in by[1]) == glitches.tolist()
     assert all("= 3.4e+38 is outside [featureMin, featureMax] = [-1e+06, 1e+06]" in d["reason"]
-               for d in letters)
-    assert q0["rejected"] == 0
-    assert q1["prequentialAccuracy"] > 0.95
+               for d in by[1])
+    assert q[2]["rejectedBy"] == {"feature_range": 20}
+    assert sorted(d["record"]["id"] for d in by[2]) == sorted(glitches.tolist() + minus.tolist())
+    assert sum("feature 0 = -9999 is outside [featureMin[0], featureMax[0]] = [26, 127]"
+               == d["reason"] for d in by[2]) == 10
+    assert spec["trainingConfiguration"]["featureMin"] == low
+    assert q[0]["rejected"] == 0
+    assert q[1]["prequentialAccuracy"] > 0.95 and q[2]["prequentialAccuracy"] > 0.95
+
+
+def test_per_feature_bounds_name_the_feature_and_declare_the_width():
+    bounds = feature_bounds([0, None, -5], 10.0)
+    assert bounds == ((0.0, -np.inf, -5.0), (10.0, 10.0, 10.0))
+    assert feature_bounds(None, None) is None and feature_bounds(None, 3) == (-np.inf, 3.0)
+    check_bounds([0.0, -1e9, 10.0], bounds)
+    check_bounds([None, -1e9, 10.0], bounds)  # a missing value, for a pipeline that imputes
+    for features, code, reason in (
+            ([1.0, 2.0, 11.0], "feature_range",
+             "feature 2 = 11 is outside [featureMin[2], featureMax[2]] = [-5, 10]"),
+            ([None, 2.0, -6.0], "feature_range",
+             "feature 2 = -6 is outside [featureMin[2], featureMax[2]] = [-5, 10]"),
+            ([1.0, 2.0], "width", "the record has 2 features; featureMin / featureMax declare 3")):
+        with pytest.raises(RecordRejected) as e:
+            check_bounds(features, bounds)
+        assert (e.value.code, str(e.value)) == (code, reason)
+    layout = Layout(3, "int", None, "declared")
+    assert all_fit(layout, [[0.0, -1e9, 10.0], [5.0, 3.0, -5.0]], [0, 1], bounds)
+    assert not all_fit(layout, [[0.0, 1.0, 10.0], [5.0, 3.0, -5.5]], [0, 1], bounds)
+    assert not all_fit(Layout(2, "int", None, "declared"), [[0.0, 1.0]], [0], bounds)
+
+
+def test_per_feature_bounds_are_checked_at_create():
+    req = parse_request(orjson.dumps(_create(0, featureMin=[0, None, 1], featureMax=16)))
+    assert req.training_configuration["featureMin"] == [0.0, None, 1.0]
+    with_width = {**_create(0, featureMin=[0, 0]), "learner": {
+        "name": "PA", "parameters": {"n_features": 3}}}
+    for bad, field, message in (
+            (_create(0, featureMin=[0, "a"]), "featureMin[1]", "'a' is not of type 'number'"),
+            (_create(0, featureMin=[]), "featureMin", "should be non-empty"),
+            (_create(0, featureMax=True), "featureMax", "featureMax must be a number, or an "
+                                                        "array of one number (or null: none) "
+                                                        "per feature, got True"),
+            (_create(0, featureMin=[0, 1], featureMax=[1]), "featureMax", "two arrays of one"),
+            (_create(0, featureMin=[0, 3], featureMax=[1, 2]), "featureMax",
+             "featureMin = [0.0, 3.0], featureMax = [1.0, 2.0]"),
+            (_create(0, featureMin=[0, 1], featureMax=0.5), "featureMax", "featureMin <= "),
+            (with_width, "featureMin", "has 2 values, one per feature, but the learner "
+                                       "declares n_features 3")):
+        with pytest.raises(RequestError) as e:
+            parse_request(orjson.dumps(bad))
+        assert (e.value.code, e.value.field) == ("schema", f"trainingConfiguration.{field}")
+        assert message in str(e.value), str(e.value)
+    with pytest.raises(RequestError, match=r"\[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, ...\]"):
+        parse_request(orjson.dumps(_create(0, featureMin=[0] * 1000, featureMax=-1)))
+
+
+def _shuttle_stream(glitches: bool) -> list:
+    """3,000 Shuttle records in file order, every 5th a forecast, to 2 spokes by the
+    ``id``'s parity, in parts of 100; with ``glitches`` ten more records, each a copy of
+    one with -9999 in its first feature (four of them forecasts), in its part."""
+    from learning.datasets import shuttle
+
+    X, y = shuttle()
+    parts = []
+    for i in range(3000):
+        if i % 100 == 0:
+            items = []
+            parts.append(items)
+        rec = {"id": i, "features": X[i].tolist()}
+        train = i % 5 != 4
+        if train:
+            rec["label"] = int(y[i])
+        items.append(((train, rec), i % 2))
+        if glitches and i % 300 == 150:
+            bad = {"id": 10_000 + i, "features": [-9999.0, *X[i, 1:].tolist()]}
+            if i % 1200 < 600:
+                bad["label"] = int(y[i])
+            items.append(((i % 1200 < 600, bad), i % 2))
+    return parts
+
+
+def _shuttle_run(glitches: bool) -> LocalNetwork:
+    low, high = _shuttle_ranges()
+    net = LocalNetwork(n_spokes=2, n_hubs=1, sharding="partition")
+    net.request(_create(0, featureMin=-30_000, featureMax=30_000))  # the widest feature's
+    net.request(_create(1, featureMin=low, featureMax=high))
+    for items in _shuttle_stream(glitches):
+        net.stream([item for item, _ in items], partitions=[p for _, p in items])
+    return net
+
+
+def test_per_feature_bounds_catch_a_sentinel_within_another_features_range():
+    """One range for all features must hold Shuttle's widest (-26,739 to 15,164) and takes
+    the ten -9999 readings of the first feature; Shuttle's ranges feature by feature refuse
+    them, and the pipeline predicts every record as on the stream without them."""
+    net, twin = _shuttle_run(True), _shuttle_run(False)
+    ranged = [p for p in net.outputs["predictions"] if p["pipeline"] == 1]
+    assert ranged == [p for p in twin.outputs["predictions"] if p["pipeline"] == 1]
+    letters = [d for d in net.outputs["deadLetters"] if d["pipeline"] == 1]
+    assert sorted(d["record"]["id"] for d in letters) == [10_000 + i for i in range(150, 3000, 300)]
+    assert {d["reason"] for d in letters} == {
+        "feature 0 = -9999 is outside [featureMin[0], featureMax[0]] = [26, 127]"}
+    q0, q1 = _query(net, 0), _query(net, 1)
+    assert q0["rejected"] == 0 and q0["fitted"] == q1["fitted"] + 6
+    assert q1["rejectedBy"] == {"feature_range": 10}
+    assert q1["prequentialAccuracy"] == _query(twin, 1)["prequentialAccuracy"]
+
+
+def test_an_update_of_the_bounds_rechecks_the_records_already_taken():
+    """Records a spoke took before the Update and has not predicted yet — the mini-batch
+    being filled (TAP), the mini-batches of a window a synchronization paused (BSP) — are
+    checked against the new bounds: those outside are refused, the others fitted."""
+    from tests.test_layout import DeadWire
+
+    good = [{"id": i, "features": [float(i % 7), float(i % 3)], "label": i % 2}
+            for i in range(64)]
+    bad = [{"id": 1000 + i, "features": [-9999.0, 1.0], "label": 0} for i in range(4)]
+    for protocol, extra in (("Asynchronous", {"miniBatchSize": 32}),
+                            ("Synchronous", {"miniBatchSize": 4, "miniBatches": 1,
+                                             "window": 16})):
+        w = DeadWire()
+        w.request({"id": 0, "request": "Create", "requestId": "c",
+                   "learner": {"name": "PA", "parameters": {"n_features": 2}},
+                   "trainingConfiguration": {"protocol": protocol, **extra}})
+        for rec in good[:6] + bad + good[6:12]:  # to spoke 0, nothing delivered
+            w.spokes[0].on_data("T" + orjson.dumps(rec).decode())
+        node = w.spokes[0].nodes[0]
+        taken = len(node._X) + sum(len(b.y) for b, first in node._work or () if first)
+        assert taken == 16 if protocol == "Asynchronous" else taken == 12, taken
+        w.request({"id": 0, "request": "Update", "requestId": "u",
+                   "trainingConfiguration": {"featureMin": [0, None]}})
+        assert next(r for r in w.responses if r.get("requestId") == "u")["status"] == "ok"
+        for i, rec in enumerate(good[12:]):
+            w.data(i % 2, "T", rec)
+        q, before = w.query(), -1
+        while q["fitted"] + q["rejected"] > before:
+            before = q["fitted"] + q["rejected"]
+            q = w.query()
+        assert q["rejectedBy"] == {"feature_range": 4}, (protocol, q["rejectedBy"])
+        assert q["fitted"] == 64, (protocol, q["fitted"])
+        assert sorted(d["record"]["features"][0] for d in w.dead) == [-9999.0] * 4
 
 
 FEATURES = np.random.default_rng(0).uniform(0, 1, size=(2000, 4))
@@ -240,3 +402,27 @@ def _forecast_mae(net: LocalNetwork) -> float:
     predictions = net.outputs["predictions"]
     assert len(predictions) == 200
     return float(np.mean([abs(p["prediction"] - TARGETS[p["id"]]) for p in predictions]))
+
+
+def test_the_external_predictor_refuses_a_record_outside_the_bounds():
+    """``omldm predict`` (the weights follower) checks a forecasting record against the
+    pipeline's bounds, which the weights topic carries, as the spokes do."""
+    from flink_jobs.follower import predict_records
+    from learning.datasets import shuttle
+    from operators.weights import ModelAssembler
+
+    low, high = _shuttle_ranges()
+    net = LocalNetwork(n_spokes=2, n_hubs=1, sharding="partition",
+                       limits={"weights_every_ms": 0})
+    net.request(_create(1, featureMin=low, featureMax=high))
+    for items in _shuttle_stream(False)[:10]:
+        net.stream([item for item, _ in items], partitions=[p for _, p in items])
+    follower = ModelAssembler()
+    for record in net.outputs["weights"]:
+        follower.add(record)
+    x = shuttle()[0][0].tolist()
+    out = predict_records(follower.model(1), [{"id": 1, "features": x},
+                                              {"id": 2, "features": [-9999.0, *x[1:]]}])
+    assert "prediction" in out[0]
+    assert out[1] == {"id": 2, "pipeline": 1, "error": "feature 0 = -9999 is outside "
+                      "[featureMin[0], featureMax[0]] = [26, 127]"}

@@ -20,8 +20,8 @@ import orjson
 
 from learning.errors import RequestError
 from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, all_fit, check_bounds,
-                             check_label_bounds, decide, declared_layout, inspect_record,
-                             vote_counter, vote_list)
+                             check_label_bounds, decide, declared_layout, feature_bounds,
+                             inspect_record, label_kind, vote_counter, vote_list)
 from learning.learners.base import label_key
 from learning.learners.labels import LabelIndex
 from learning.metrics import SUPERVISED_TASKS, QualityState, json_number, report
@@ -89,7 +89,7 @@ def dead_letter(rec: Any, exc: RecordRejected, pipeline: Any, spoke: int,
             "record": rec}
 
 
-def _inspect_declared(missing_ok: bool, bounds: tuple[float, float] | None,
+def _inspect_declared(missing_ok: bool, bounds: tuple | None,
                       label_bounds: tuple[float, float] | None, features: Any, label: Any,
                       labelled: bool) -> tuple[int, str | None]:
     """:func:`learning.layout.inspect_record` for a pipeline that takes missing values
@@ -101,7 +101,8 @@ def _inspect_declared(missing_ok: bool, bounds: tuple[float, float] | None,
     ------
     RecordRejected
         As :func:`learning.layout.inspect_record`, and ``feature_range`` or ``label_range``
-        (:func:`learning.layout.check_bounds`, :func:`learning.layout.check_label_bounds`).
+        (:func:`learning.layout.check_bounds`, :func:`learning.layout.check_label_bounds`),
+        ``width`` where the features' bounds are given per feature for another width.
     """
     width, kind = inspect_record(features, label, labelled, missing_ok)
     if bounds is not None:
@@ -311,9 +312,11 @@ class PipelineSpoke(ModelWidth, Node):
     max_classes = 1000
     _seen_classes: set | None = None
     #: ``(featureMin, featureMax)`` and ``(labelMin, labelMax)`` of
-    #: ``trainingConfiguration`` (-inf / inf where one is not declared), None when neither
-    #: is (:func:`learning.layout.check_bounds`, :func:`learning.layout.check_label_bounds`)
-    _bounds: tuple[float, float] | None = None
+    #: ``trainingConfiguration`` (-inf / inf where one is not declared; the features' as
+    #: two tuples where given per feature: :func:`learning.layout.feature_bounds`), None
+    #: when neither is (:func:`learning.layout.check_bounds`,
+    #: :func:`learning.layout.check_label_bounds`)
+    _bounds: tuple | None = None
     _label_bounds: tuple[float, float] | None = None
     #: whether a record's feature may be ``null`` (a missing value): the pipeline's first
     #: preprocessor imputes them (:class:`learning.preprocessors.StatImputer`)
@@ -419,7 +422,8 @@ class PipelineSpoke(ModelWidth, Node):
         self.window = TRAINING_PARAMETERS["window"].of(cfg)
         self.epochs = TRAINING_PARAMETERS["epochs"].of(cfg)
         self.max_classes = TRAINING_PARAMETERS["maxClasses"].of(cfg)
-        self._bounds = _declared_bounds(cfg, "featureMin", "featureMax")
+        self._bounds = feature_bounds(TRAINING_PARAMETERS["featureMin"].of(cfg),
+                                      TRAINING_PARAMETERS["featureMax"].of(cfg))
         self._label_bounds = _declared_bounds(cfg, "labelMin", "labelMax")
         preps = self.pipeline.preprocessors
         self.missing_ok = bool(preps) and isinstance(preps[0], StatImputer)
@@ -980,10 +984,55 @@ class PipelineSpoke(ModelWidth, Node):
                 self.pipeline = _build_pipeline(self.request)
                 self._seen_classes = set()  # the new model has learned none (counted anew)
                 self.on_relayout()
+        declared = (self._bounds, self._label_bounds)
         self.configure()  # mini-batching and scaling, for the new pipeline too
         if layout is not None:
             self.install_layout(layout)
+        elif (self._bounds, self._label_bounds) != declared:
+            self._recheck_bounds()
         self.on_update()
+
+    def _recheck_bounds(self) -> None:
+        """After an Update that changed the declared bounds, the records taken but not yet
+        predicted (the mini-batch being filled, the mini-batches a pause left to fit) are
+        checked against them: those outside are refused (counted and dead-lettered), the
+        others stay where they are. A mini-batch left empty leaves the work queue, with its
+        later passes."""
+        if self._X:
+            X, y, self._X, self._y = self._X, self._y, [], []
+            for features, label in zip(X, y):
+                if self._fits_bounds(features, label):
+                    self._X.append(features)
+                    self._y.append(label)
+        if not self._work:
+            return
+        for batch in {id(b): b for b, first in self._work if first}.values():
+            rows, labels = self._taken(batch)
+            keep = [i for i, (features, label) in enumerate(zip(rows, labels))
+                    if self._fits_bounds(features, label)]
+            if len(keep) < len(rows):
+                batch.X, batch.y = batch.X[keep], [labels[i] for i in keep]
+        self._work = deque(item for item in self._work if len(item[0].y))
+
+    def _fits_bounds(self, features: list, label: Any) -> bool:
+        """Whether a taken record is within the declared bounds; if not it is refused."""
+        try:
+            if self._bounds is not None:
+                check_bounds(features, self._bounds)
+            if self._label_bounds is not None and self._supervised and label is not None:
+                check_label_bounds(label, label_kind(label), self._label_bounds)
+        except RecordRejected as exc:
+            self.refuse({"features": features, "label": label}, exc)
+            return False
+        return True
+
+    def _taken(self, batch: _Batch) -> tuple[list, list]:
+        """A mini-batch's records as they were taken: features lists (a missing value, NaN
+        in the batch, null again: the imputer's input) and labels."""
+        rows = batch.X.tolist()
+        if self.missing_ok:
+            rows = [[None if v != v else v for v in row] for row in rows]
+        return rows, batch.y.tolist() if hasattr(batch.y, "tolist") else list(batch.y)
 
     def _recheck_buffered(self, layout: Layout) -> None:
         """The records taken but not yet predicted (the mini-batch being filled, and the
@@ -992,10 +1041,10 @@ class PipelineSpoke(ModelWidth, Node):
         and dead-lettered with the reason), never dropped unseen."""
         X, y = list(self._X), list(self._y)
         for batch, first in self._work or ():
-            if first:  # a missing value is NaN there, null again (the imputer's input)
-                X.extend([[None if v != v else v for v in row] for row in batch.X.tolist()]
-                         if self.missing_ok else batch.X.tolist())
-                y.extend(batch.y.tolist() if hasattr(batch.y, "tolist") else batch.y)
+            if first:
+                rows, labels = self._taken(batch)
+                X.extend(rows)
+                y.extend(labels)
         self._X, self._y, self._work = [], [], deque()
         for features, label in zip(X, y):
             rec = {"features": features, "label": label}

@@ -25,6 +25,7 @@ of :mod:`learning.protocols`.
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -41,10 +42,18 @@ _TYPES = {int: ("integer", "an integer"), float: ("number", "a number"),
           str: ("string", "a string"), bool: ("boolean", "true or false")}
 #: a string parameter without choices is a name: 1 to this many characters
 NAME_LENGTH = 128
+#: most values of a parameter given feature by feature (``Param.per_feature``): the widest
+#: record a pipeline may declare bounds for
+MAX_PER_FEATURE = 1_000_000
 
 
 def _field(name: str) -> str:
     return f"trainingConfiguration.{name}"
+
+
+def _shown(v: Any) -> str:
+    """``repr(v)``, a long list cut short (``[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, ...]``)."""
+    return reprlib.repr(v) if isinstance(v, list) else repr(v)
 
 
 def _text(v: Any) -> str:
@@ -86,6 +95,10 @@ class Param:
     fixed : bool
         A running pipeline keeps it: an Update that changes it is refused (``unsupported``,
         :func:`learning.update.apply_update`), since the nodes' state is built for it.
+    per_feature : bool
+        A ``float`` without an interval that may also be given feature by feature: a JSON
+        array of one number (or ``null``: none there) per feature of the pipeline's records,
+        1 to :data:`MAX_PER_FEATURE` of them, returned as a list of float or None.
 
     Raises
     ------
@@ -113,6 +126,7 @@ class Param:
     required: bool = False
     filled: bool = False
     fixed: bool = False
+    per_feature: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
@@ -126,6 +140,9 @@ class Param:
                 raise ValueError(f"{self.name}: empty interval {self.interval}")
         if self.choices is not None and self.type is not str:
             raise ValueError(f"{self.name}: only a string has choices")
+        if self.per_feature and (self.type is not float or self.interval is not None):
+            raise ValueError(f"{self.name}: only a number without an interval is given per "
+                             f"feature")
         if self.required and self.default is not None:
             raise ValueError(f"{self.name}: a required parameter has no default")
         if self.default is not None:
@@ -156,6 +173,8 @@ class Param:
             return f"a name of 1 to {NAME_LENGTH} characters"
         if self.type is bool:
             return kind
+        if self.per_feature:
+            return f"{kind}, or an array of one number (or null: none) per feature"
         lo, hi = self.bounds()
         if lo is None and hi is None:
             return kind
@@ -188,6 +207,11 @@ class Param:
                 out["exclusiveMinimum" if lo_open else "minimum"] = self._typed(lo)
             if hi is not None:
                 out["exclusiveMaximum" if hi_open else "maximum"] = self._typed(hi)
+        if self.per_feature:
+            del out["type"]
+            out["anyOf"] = [{"type": "number"}, {
+                "type": "array", "minItems": 1, "maxItems": MAX_PER_FEATURE,
+                "items": {"type": ["number", "null"]}}]
         if self.default is not None:
             out["default"] = self.default
         return out
@@ -199,8 +223,9 @@ class Param:
         return RequestError("schema", f"{self.name} must be {self.allowed()}, got {value!r}",
                             _field(self.name))
 
-    def validate(self, value: Any) -> int | float | str:
-        """``value`` as this parameter's type.
+    def validate(self, value: Any) -> int | float | str | bool | list:
+        """``value`` as this parameter's type (a list of float or None for an array of a
+        ``per_feature`` parameter).
 
         Raises
         ------
@@ -218,8 +243,34 @@ class Param:
             if not isinstance(value, bool):
                 raise self.error(value)
             return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or (self.type is int and not float(value).is_integer()):
+        if self.per_feature and isinstance(value, list):
+            if not 1 <= len(value) <= MAX_PER_FEATURE:
+                raise RequestError("schema", f"{self.name} as an array has one value per "
+                                   f"feature, 1 to {MAX_PER_FEATURE}, got {len(value)}",
+                                   _field(self.name))
+            out = []
+            for i, v in enumerate(value):
+                if v is not None and not self._is_number(v):
+                    raise RequestError("schema", f"{self.name}[{i}] must be a number or null, "
+                                       f"got {v!r}", f"{_field(self.name)}[{i}]")
+                out.append(None if v is None else float(v))
+            return out
+        return self._number(value)
+
+    @staticmethod
+    def _is_number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            math.isfinite(value)
+
+    def _number(self, value: Any) -> int | float:
+        """``value`` as this number parameter's type, within its interval.
+
+        Raises
+        ------
+        learning.errors.RequestError
+            As :meth:`validate`.
+        """
+        if not self._is_number(value) or (self.type is int and not float(value).is_integer()):
             raise self.error(value)
         typed = self.type(value)
         lo, hi = self.bounds()
@@ -276,7 +327,7 @@ class Rule:
         if any(values.get(p) is None for p in self.params):
             return
         if not self.holds(*(values[p] for p in self.params)):
-            got = ", ".join(f"{p} = {values[p]!r}" for p in self.params)
+            got = ", ".join(f"{p} = {_shown(values[p])}" for p in self.params)
             why = f" ({self.reason})" if self.reason else ""
             raise RequestError("schema", f"{self.text} must hold{why}, got {got}",
                                _field(self.params[-1]))
@@ -347,6 +398,19 @@ class ProtocolParams:
         return "; ".join([p.description, *rules, *required, *fixed])
 
 
+def _ordered(low: float | list, high: float | list) -> bool:
+    """Whether ``low <= high``, feature by feature where either is an array (a number then
+    stands for every feature, ``null`` for none); two arrays of different lengths are not."""
+    if isinstance(low, list) and isinstance(high, list) and len(low) != len(high):
+        return False
+    n = len(low) if isinstance(low, list) else len(high) if isinstance(high, list) else 0
+    if not n:
+        return low <= high
+    lows = low if isinstance(low, list) else [low] * n
+    highs = high if isinstance(high, list) else [high] * n
+    return all(lo is None or hi is None or lo <= hi for lo, hi in zip(lows, highs))
+
+
 #: The keys of every pipeline's ``trainingConfiguration`` (papers/002 §3.4).
 TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
     Param("protocol", str, "Asynchronous", "the synchronization protocol, a registered name "
@@ -394,13 +458,16 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
     Param("metricsWindow", int, 1000, "records of the rolling quality metrics (learning.metrics; "
           "each of n spokes keeps its last ceil(W/n), in whole mini-batches); 0: cumulative only",
           interval="[0, 10000000]"),
-    Param("featureMin", float, None, "smallest value a record's feature may take: a training or "
-          "forecasting record with a feature below it is refused (feature_range, dead-lettered "
-          "with the feature's index and value), so that a sensor's sentinel or glitch never "
-          "reaches the scalers' statistics or the model; default: none (every record's "
-          "features are within ±1e150, learning.layout.MAX_ABS_FEATURE)"),
+    Param("featureMin", float, None, "smallest value a record's feature may take, one for "
+          "every feature or an array with one per feature (null: none there; its length is "
+          "then the records' width, a record of another is refused: width): a training or "
+          "forecasting record with a feature below it is refused (feature_range, "
+          "dead-lettered with the feature's index and value), so that a sensor's sentinel or "
+          "glitch never reaches the scalers' statistics or the model; default: none (every "
+          "record's features are within ±1e150, learning.layout.MAX_ABS_FEATURE)",
+          per_feature=True),
     Param("featureMax", float, None, "largest value a record's feature may take, as "
-          "featureMin"),
+          "featureMin", per_feature=True),
     Param("labelMin", float, None, "smallest number label a training record may carry (a "
           "regression target's sentinel or glitch): below it the record is refused "
           "(label_range); string and bool labels are not compared; default: none (within "
@@ -408,7 +475,8 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
     Param("labelMax", float, None, "largest number label a training record may carry, as "
           "labelMin"),
 ), rules=(
-    Rule(("featureMin", "featureMax"), "featureMin <= featureMax", lambda lo, hi: lo <= hi),
+    Rule(("featureMin", "featureMax"), "featureMin <= featureMax", _ordered,
+         "feature by feature, where either is an array; two arrays of one length"),
     Rule(("labelMin", "labelMax"), "labelMin <= labelMax", lambda lo, hi: lo <= hi),
 ))
 
