@@ -441,7 +441,35 @@ def _reader(args: argparse.Namespace, source: str, **kwargs):
         delimiter = "\t"  # a tab is awkward to type
     missing = None if args.missing is None else args.missing.split(",")
     return RecordReader(source, label=args.label, id=args.id, features=features,
-                        delimiter=delimiter, missing=missing, **kwargs)
+                        delimiter=delimiter, missing=missing,
+                        categorical=_categorical(args.categorical), **kwargs)
+
+
+#: one-hot features of a categorical column when ``--categorical`` gives no number
+DEFAULT_BUCKETS = 32
+
+
+def _categorical(text: str | None) -> dict[str, int] | None:
+    """``--categorical city,merchant:64`` as ``{"city": 32, "merchant": 64}``.
+
+    Raises
+    ------
+    UsageError
+        For a number of buckets that is not an integer (the reader checks its range).
+    """
+    if not text:
+        return None
+    out = {}
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        name, _, k = item.rpartition(":") if ":" in item else (item, "", "")
+        try:
+            out[name.strip()] = int(k) if k else DEFAULT_BUCKETS
+        except ValueError:
+            raise UsageError(f"--categorical {item!r}: the buckets after ':' must be an "
+                             "integer") from None
+    return out
 
 
 def _table_arguments(p: argparse.ArgumentParser, label: str) -> None:
@@ -464,6 +492,13 @@ def _table_arguments(p: argparse.ArgumentParser, label: str) -> None:
                         "as is a JSON Lines null or absent feature, for a pipeline whose first "
                         "preprocessor is StatImputer (default: none; a row with one is "
                         "skipped as bad)")
+    p.add_argument("--categorical", metavar="COLUMNS", default=None,
+                   help="comma-separated categorical columns, each COLUMN or COLUMN:BUCKETS: "
+                        "its values become BUCKETS one-hot features (default "
+                        f"{DEFAULT_BUCKETS}) by feature hashing, as scikit-learn's "
+                        "FeatureHasher of 'COLUMN=value', after the numeric features; an "
+                        "empty or missing cell sets none. Take a few times more buckets than "
+                        "the column has values")
 
 
 def _stream(args: argparse.Namespace) -> int:
@@ -484,8 +519,11 @@ def _stream(args: argparse.Namespace) -> int:
             if not told and reader.columns is not None:
                 told = True
                 left = (f"; left out: {', '.join(reader.left_out)} (not numbers in most of "
-                        "the first rows; --features names the columns)") if reader.left_out else ""
-                print(f"omldm stream: features: {', '.join(reader.columns)}{left}",
+                        "the first rows; --features names the columns, --categorical the "
+                        "categorical ones)") if reader.left_out else ""
+                names = [*reader.columns, *(f"{c} ({k} one-hot)"
+                                            for c, k in reader.categorical.items())]
+                print(f"omldm stream: features: {', '.join(names)}{left}",
                       file=sys.stderr, flush=True)
             yield item
 
@@ -497,6 +535,12 @@ def _stream(args: argparse.Namespace) -> int:
                                source=args.source)
     finally:
         producer.close()
+    for c, k in reader.categorical.items():
+        shared = reader.shared[c]
+        print(f"omldm stream: {c}: {reader.values[c]} values in {k} buckets" + (
+            f", {shared} of them in a bucket of another value (the learner cannot tell them "
+            f"apart: take more buckets, --categorical {c}:{4 * k})" if shared else ""),
+              file=sys.stderr, flush=True)
     print(json.dumps(summary.to_json()))
     return 0
 

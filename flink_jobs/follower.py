@@ -22,7 +22,6 @@ import numpy as np
 
 from flink_jobs.kafka_io import TopicReader
 from learning.layout import RecordRejected, check_bounds, feature_bounds
-from learning.preprocessors import StatImputer
 from operators.weights import GlobalModel, ModelAssembler
 
 __all__ = ["ModelFollower", "predict_records"]
@@ -53,7 +52,7 @@ def predict_records(model: GlobalModel, records: Iterable[Any], scores: bool = F
     if width is None:  # a job from before the field: right unless a preprocessor changes it
         width = model.model.learner.layout().get("n_features")
     preps = model.model.preprocessors
-    missing_ok = bool(preps) and isinstance(preps[0], StatImputer)  # it fills a null
+    missing_ok = bool(preps) and preps[0].fills_missing  # it fills a null
     cfg = (model.meta or {}).get("trainingConfiguration") or {}
     bounds = feature_bounds(cfg.get("featureMin"), cfg.get("featureMax"))  # as the spokes
     out: list[dict | None] = [None] * len(recs)

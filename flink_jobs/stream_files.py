@@ -4,7 +4,10 @@
 object per line), standard input (``-``), one of river's bundled datasets or seeded
 generators (``river:Phishing``, ``river:synth.Agrawal``), or a bundled array data set
 (``shuttle``, ``digits``) — into records, and every row it cannot use into a
-:class:`BadRow` (``line N: reason``) instead of an exception. :func:`write_stream` routes
+:class:`BadRow` (``line N: reason``) instead of an exception. A categorical column (a
+city, a merchant, a letter code) becomes a fixed number of one-hot features by feature
+hashing (:func:`bucket`), so that a stream's records keep one width however many values
+it brings. :func:`write_stream` routes
 records to ``training`` / ``forecasting``, packs them into messages and paces them; it
 takes the sending function as an argument, so none of this needs Kafka.
 """
@@ -24,13 +27,17 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
 
 import orjson
 
-__all__ = ["BadRow", "RecordReader", "StreamSummary", "write_stream", "FORMATS",
-           "BUNDLED", "DEFAULT_GENERATOR_LIMIT"]
+__all__ = ["BadRow", "RecordReader", "StreamSummary", "write_stream", "bucket", "FORMATS",
+           "BUNDLED", "DEFAULT_GENERATOR_LIMIT", "MAX_BUCKETS"]
 
 FORMATS = ("csv", "jsonl")
 BUNDLED = ("shuttle", "digits")
 DEFAULT_GENERATOR_LIMIT = 10_000  # records, for an endless river generator without --limit
 SNIFF_ROWS = 100  # rows read ahead to choose the default feature columns
+MAX_BUCKETS = 1 << 16  # one-hot features of one categorical column, at most
+#: distinct values of one categorical column remembered to count them and their shared
+#: buckets (:attr:`RecordReader.values`); past it new values are hashed, not counted
+MAX_COUNTED_VALUES = 100_000
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,46 @@ def _decimal_comma(text: str) -> float | None:
     if x is None and text.count(",") == 1 and "." not in text:
         x = _number(text.replace(",", "."))
     return x
+
+
+def bucket(column: str, value: str, buckets: int) -> int:
+    """The one-hot position, in ``range(buckets)``, of a categorical column's value: where
+    scikit-learn's ``FeatureHasher(n_features=buckets, input_type="string",
+    alternate_sign=False)`` puts the string ``"column=value"`` (the signed 32-bit
+    MurmurHash3 of its UTF-8 bytes, seed 0, in absolute value modulo ``buckets``; Weinberger
+    et al. 2009, "Feature hashing for large scale multitask learning"). The same on every
+    machine and in every process (unlike Python's ``hash``), so that training and
+    forecasting records, and a user's own code, agree. Two values may share a bucket: take
+    a few times more buckets than the column has values.
+
+    >>> bucket("city", "Paris", 16), bucket("city", "Rome", 16)
+    (1, 7)
+    """
+    from sklearn.utils import murmurhash3_32
+
+    h = murmurhash3_32(f"{column}={value}", seed=0)
+    if h == -2 ** 31:  # as scikit-learn: abs() would overflow its int32
+        return (2 ** 31 - 1 - (buckets - 1)) % buckets
+    return abs(h) % buckets
+
+
+def _category(value: Any) -> str | None:
+    """A JSON or river value of a categorical column as its text: a string as it is, a
+    number or a bool as JSON writes it (``1``, ``1.5``, ``true``); None for a missing
+    one (no bucket set).
+
+    Raises
+    ------
+    TypeError
+        For a list or an object.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (bool, int, float)):
+        return orjson.dumps(value).decode()
+    if hasattr(value, "item"):  # a numpy scalar (river)
+        return _category(value.item())
+    raise TypeError(f"{type(value).__name__}")
 
 
 def _feature(value: Any) -> float | None:
@@ -162,6 +209,12 @@ class RecordReader:
         such a feature is written as ``null``, as is a JSON Lines ``null`` or absent
         feature and a river record's None, for a pipeline whose first preprocessor imputes
         them (``StatImputer``); None: a row with one is bad, as any non-number.
+    categorical : mapping of str to int or None
+        Categorical columns (CSV) or keys (JSON Lines, river) → their number of buckets,
+        2 to :data:`MAX_BUCKETS`: each becomes that many one-hot features (1.0 in the
+        value's :func:`bucket`, 0.0 elsewhere; all 0.0 for an empty cell, a ``missing``
+        token, a JSON null or an absent key), after the numeric features, in the order
+        given. They are not numeric feature columns.
 
     Attributes
     ----------
@@ -169,16 +222,24 @@ class RecordReader:
         A tabular source's feature columns, once the first record was read (None before,
         and for the job's own JSON Lines records, river and bundled data).
     left_out : list of str
-        The other columns (neither the label nor the id), e.g. the non-numeric ones.
+        The other columns (neither the label nor the id nor categorical), e.g. the
+        non-numeric ones.
+    values, shared : dict of str to int
+        Per categorical column, the distinct values read so far (up to
+        :data:`MAX_COUNTED_VALUES`), and how many of them fell in a bucket an earlier
+        value had set (then the learner cannot tell the two apart: take more buckets).
 
     Raises
     ------
     ValueError
         On an unknown format, river name, a river dataset that needs a download, a seed for
         a source that takes none, ``label``/``id`` for a non-tabular source, ``limit < 0``,
-        a delimiter that is not one character, or a missing file; while reading, for a
-        ``label``/``id``/``features`` column that is not there, or when no column is a
-        number in most of the first :data:`SNIFF_ROWS` rows and ``features`` is not given.
+        a delimiter that is not one character, or a missing file, a categorical column
+        for bundled data, that is also a feature column, the label or the id, or with
+        buckets outside 2 to :data:`MAX_BUCKETS`; while reading, for a
+        ``label``/``id``/``features``/categorical column that is not there (CSV), or when
+        no column is a number in most of the first :data:`SNIFF_ROWS` rows and neither
+        ``features`` nor ``categorical`` is given.
 
     Examples
     --------
@@ -194,13 +255,19 @@ class RecordReader:
     {'id': 0, 'features': [1.0, 2.0], 'label': 'x'}
     {'id': 1, 'features': [3.0, None], 'label': 'y'}
     {'id': 2, 'features': [5.0, None], 'label': 'x'}
+    >>> rows = io.StringIO("a,city,label\\n1,Paris,x\\n3,Rome,y\\n")
+    >>> for item in RecordReader("-", stdin=rows, categorical={"city": 4}):
+    ...     print(item)
+    {'id': 0, 'features': [1.0, 0.0, 1.0, 0.0, 0.0], 'label': 'x'}
+    {'id': 1, 'features': [3.0, 0.0, 0.0, 0.0, 1.0], 'label': 'y'}
     """
 
     def __init__(self, source: str, *, format: str | None = None, label: str | None = None,
                  id: str | None = None, features: list[str] | None = None,
                  seed: int | None = None, limit: int | None = None, first_id: int = 0,
                  stdin: TextIO | None = None, delimiter: str | None = None,
-                 missing: Iterable[str] | None = None) -> None:
+                 missing: Iterable[str] | None = None,
+                 categorical: dict[str, int] | None = None) -> None:
         self.source = source
         self.format = format
         self.label = label
@@ -212,6 +279,19 @@ class RecordReader:
         self.stdin = stdin
         self.delimiter = delimiter
         self.missing = None if missing is None else frozenset(t.strip() for t in missing)
+        self.categorical = dict(categorical or {})
+        self.values = dict.fromkeys(self.categorical, 0)
+        self.shared = dict.fromkeys(self.categorical, 0)
+        self._buckets: dict[str, dict[str, int]] = {c: {} for c in self.categorical}
+        self._taken: dict[str, set[int]] = {c: set() for c in self.categorical}
+        for c, k in self.categorical.items():
+            if not (isinstance(k, int) and 2 <= k <= MAX_BUCKETS):
+                raise ValueError(f"categorical column {c!r}: buckets must be an integer in "
+                                 f"[2, {MAX_BUCKETS}], got {k!r}")
+            if c in (features or ()):
+                raise ValueError(f"column {c!r} cannot be categorical and also a feature "
+                                 "column")
+        self._not_categorical(label, id)
         self.columns: list[str] | None = None  # the feature columns, once chosen
         self.left_out: list[str] = []  # other columns, not the label's or the id's
         if delimiter is not None and len(delimiter) != 1:
@@ -221,6 +301,8 @@ class RecordReader:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
         self.kind = self._kind()
+        if self.kind == "bundled" and self.categorical:
+            raise ValueError(f"{source!r} has no categorical columns")
         if self.kind in ("river", "bundled") and (label is not None or id is not None):
             raise ValueError(f"--label and --id apply to CSV / JSON Lines input, not {source!r}")
         if seed is not None and self.kind != "river":
@@ -228,6 +310,44 @@ class RecordReader:
         if self.kind in FORMATS and source != "-" and not Path(source).is_file():
             raise ValueError(f"no such file: {source!r}")
         self._dataset = self._river() if self.kind == "river" else None
+
+    def _not_categorical(self, label: str | None, id_: str | None) -> None:
+        """Raise ValueError where the label or the id column is also categorical."""
+        both = [c for c in (label, id_) if c is not None and c in self.categorical]
+        if both:
+            raise ValueError(f"column {both[0]!r} cannot be categorical and also the label "
+                             "or the id")
+
+    def _one_hot(self, value_of: Callable[[str], Any]) -> list[float]:
+        """The one-hot features of a row's categorical columns, ``value_of(column)`` giving
+        each one's value (None: missing, all 0.0).
+
+        Raises
+        ------
+        TypeError
+            For a value that is a list or an object, naming the column.
+        """
+        out: list[float] = []
+        for c, k in self.categorical.items():
+            hot = [0.0] * k
+            try:
+                text = _category(value_of(c))
+            except TypeError as exc:
+                raise TypeError(f"categorical feature {c!r} is a {exc}, not a scalar") from None
+            if text is not None:
+                known = self._buckets[c]
+                b = known.get(text)
+                if b is None:
+                    b = bucket(c, text, k)
+                    if len(known) < MAX_COUNTED_VALUES:
+                        known[text] = b
+                        self.values[c] += 1
+                        taken = self._taken[c]
+                        self.shared[c] += b in taken
+                        taken.add(b)
+                hot[b] = 1.0
+            out.extend(hot)
+        return out
 
     def _is_missing(self, cell: str) -> bool:
         """Whether a CSV cell's (stripped) text means a missing value."""
@@ -337,21 +457,31 @@ class RecordReader:
             missing = [c for c in columns if c not in index]
             if missing:
                 raise ValueError(f"--features columns {missing} are not in the header {header}")
+        missing = [c for c in self.categorical if c not in index]
+        if missing:
+            raise ValueError(f"--categorical columns {missing} are not in the header {header}")
+        self._not_categorical(label, id_)
         numbered = ((rows.line_num, row) for row in rows if row)  # blank lines skipped
         if columns is None:
             ahead = list(itertools.islice(numbered, SNIFF_ROWS))
             columns = _numeric_columns([{h: number(v) for h, v in zip(header, row)
                                          if not self._is_missing(v.strip())}
                                         for _, row in ahead if len(row) == len(header)],
-                                       exclude=(label, id_), present_only=True)
-            if ahead and not columns:
+                                       exclude=(label, id_, *self.categorical),
+                                       present_only=True)
+            if ahead and not columns and not self.categorical:
                 raise ValueError(
                     f"no column of the header {header} is a number in most of the first "
                     f"{len(ahead)} rows (read with the delimiter {delimiter!r}); name the "
                     "feature columns with --features, or the delimiter with --delimiter")
             numbered = itertools.chain(ahead, numbered)
         self.columns = list(columns)
-        self.left_out = [h for h in header if h not in columns and h not in (label, id_)]
+        self.left_out = [h for h in header if h not in columns and h not in (label, id_)
+                         and h not in self.categorical]
+
+        def cell(c: str) -> str | None:  # a categorical column's text; None: missing
+            text = row[index[c]].strip()
+            return None if not text or self._is_missing(text) else text
         for row_no, (line, row) in enumerate(numbered):
             if len(row) != len(header):
                 yield BadRow(line, f"expected {len(header)} columns, got {len(row)}")
@@ -373,6 +503,8 @@ class RecordReader:
             if bad:
                 yield BadRow(line, bad)
                 continue
+            if self.categorical:
+                features.extend(self._one_hot(cell))
             record["features"] = features
             if label is not None:
                 value = row[index[label]].strip()
@@ -392,6 +524,7 @@ class RecordReader:
             label = "label" if any("label" in obj for obj in objects) else None
         id_ = self.id if self.id is not None else (
             "id" if any("id" in obj for obj in objects) else None)
+        self._not_categorical(label, id_)
         columns = self.features
         if columns is None:
             if 2 * sum(isinstance(obj.get("features"), list) for obj in objects) > len(objects):
@@ -400,16 +533,18 @@ class RecordReader:
                 missing = self.missing is not None  # then a null abstains
                 columns = _numeric_columns([{k: _feature(v) for k, v in obj.items()
                                              if not (missing and v is None)}
-                                            for obj in objects], exclude=(label, id_),
+                                            for obj in objects],
+                                           exclude=(label, id_, *self.categorical),
                                            present_only=missing)
-            if objects and not columns:
+            if objects and not columns and not self.categorical:
                 raise ValueError(
                     f"no key is a number in most of the first {len(objects)} objects, and "
                     "they hold no \"features\" array; name the feature keys with --features")
         if columns is not VECTOR:
             self.columns = list(columns)
             keys = dict.fromkeys(k for obj in objects for k in obj)
-            self.left_out = [k for k in keys if k not in columns and k not in (label, id_)]
+            self.left_out = [k for k in keys if k not in columns and k not in (label, id_)
+                             and k not in self.categorical]
         for row_no, (line, obj) in enumerate(itertools.chain(ahead, parsed)):
             yield obj if isinstance(obj, BadRow) else self._object(line, row_no, obj, label,
                                                                   columns, id_)
@@ -449,6 +584,11 @@ class RecordReader:
             if x is None and not (obj.get(c) is None and self.missing is not None):
                 return BadRow(line, f"feature {c!r} is not a finite number: {obj[c]!r:.40}")
             features.append(x)
+        if self.categorical:
+            try:
+                features.extend(self._one_hot(obj.get))
+            except TypeError as exc:
+                return BadRow(line, str(exc))
         record["features"] = features
         if label is not None:
             if obj.get(label) is None:
@@ -460,7 +600,8 @@ class RecordReader:
         columns = self.features
         for n, (x, y) in enumerate(pairs, start=1):
             if columns is None:
-                columns = [k for k, v in x.items() if _feature(v) is not None]
+                columns = [k for k, v in x.items()
+                           if _feature(v) is not None and k not in self.categorical]
             features, bad = [], None
             for c in columns:
                 v = _feature(x.get(c))
@@ -468,6 +609,11 @@ class RecordReader:
                     bad = f"feature {c!r} is not a finite number: {x.get(c)!r:.40}"
                     break
                 features.append(v)
+            if not bad and self.categorical:
+                try:
+                    features.extend(self._one_hot(x.get))
+                except TypeError as exc:
+                    bad = str(exc)
             if bad:
                 yield BadRow(n, bad)
                 continue

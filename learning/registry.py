@@ -42,7 +42,8 @@ from learning.preprocessors.target import TargetStandardScaler
 __all__ = ["LEARNERS", "PREPROCESSORS", "BUILT_IN_LEARNERS", "BUILT_IN_PREPROCESSORS",
            "INDEPENDENT", "register_learner", "register_preprocessor", "make_learner",
            "make_preprocessor", "make_pipeline", "model_width", "model_learner_spec",
-           "check_sizes", "check_model_size", "check_pairing", "check_targets", "catalogue"]
+           "check_sizes", "check_model_size", "check_pairing", "check_preprocessor_order",
+           "catalogue"]
 
 #: learner name in a request → class
 LEARNERS: dict[str, type[Learner]] = {
@@ -333,10 +334,10 @@ def check_pairing(learner_spec: Any, protocol_name: str) -> None:
                        "trainingConfiguration.protocol")
 
 
-def check_targets(pre_processors: list, learner_spec: Any) -> None:
+def check_preprocessor_order(pre_processors: list, learner_spec: Any) -> None:
     """Refuse a preprocessor of the target (``targets``:
     :class:`~learning.preprocessors.TargetStandardScaler`) that has no regressor to serve,
-    or a second one; and one that must come first (``first_only``:
+    or a second one; and one that must come first (``fills_missing``:
     :class:`~learning.preprocessors.StatImputer`) anywhere else.
 
     Parameters
@@ -353,7 +354,7 @@ def check_targets(pre_processors: list, learner_spec: Any) -> None:
         ``unsupported_pairing`` (field ``preProcessors[i]``) for a target preprocessor
         before a learner whose ``task`` is not regression (a classifier's labels, a
         clusterer's records have no target to scale), or for a second one; for a
-        ``first_only`` preprocessor after another.
+        ``fills_missing`` preprocessor after another.
     """
     name = learner_spec.get("name") if isinstance(learner_spec, dict) else None
     learner = LEARNERS.get(name) if isinstance(name, str) else None
@@ -361,7 +362,7 @@ def check_targets(pre_processors: list, learner_spec: Any) -> None:
     for i, spec in enumerate(pre_processors):
         given = spec.get("name") if isinstance(spec, dict) else None
         cls = PREPROCESSORS.get(given) if isinstance(given, str) else None
-        if cls is not None and cls.first_only and i > 0:
+        if cls is not None and cls.fills_missing and i > 0:
             raise RequestError("unsupported_pairing", f"preProcessors[{i}]: {given} must come "
                                "first (it fills missing values before any other preprocessor "
                                "sees them)", f"preProcessors[{i}]")

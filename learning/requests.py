@@ -331,7 +331,9 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
         - ``unsupported_pairing`` for Create: a learner that cannot be averaged with a
           synchronizing protocol (:func:`learning.registry.check_pairing`), a
           preprocessor of the target before a learner that is not a regressor, or a second
-          one (:func:`learning.registry.check_targets`), or ``scaling`` ``learning-rate`` / ``both`` for a learner without a step size
+          one, or a preprocessor that fills missing values after another
+          (:func:`learning.registry.check_preprocessor_order`), or ``scaling``
+          ``learning-rate`` / ``both`` for a learner without a step size
           (:func:`learning.scaling.check_scaling`; an Update is checked by
           :func:`learning.update.apply_update`, which knows the running learner).
 
@@ -411,12 +413,12 @@ def _parse(doc: dict, request_id: Any, protocols: Collection[str] | None,
     pre_processors = list(doc.get("preProcessors") or [])
     learner = doc.get("learner")
     if kind in ("Create", "Update"):
-        from learning.registry import (check_model_size, check_sizes, check_targets,
+        from learning.registry import (check_model_size, check_preprocessor_order, check_sizes,
                                        make_learner, make_preprocessor, model_learner_spec)
 
         try:
             if kind == "Create":
-                check_targets(pre_processors, learner)
+                check_preprocessor_order(pre_processors, learner)
                 _check_bounds_width(config, learner)
             if max_model_params is not None:  # before anything is built
                 check_sizes(learner, pre_processors, max_model_params)

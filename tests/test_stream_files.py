@@ -4,6 +4,7 @@ real local broker, reading back exactly the records the job would read."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 
 import pytest
@@ -251,3 +252,145 @@ def test_predict_refuses_a_bad_csv_before_it_waits_for_a_model(tmp_path, capsys)
 def test_the_command_refuses_a_bad_source_with_exit_2(capsys):
     assert main(["stream", "river:Nope", "--bootstrap-servers", "127.0.0.1:1"]) == 2
     assert "unknown river dataset" in capsys.readouterr().err
+
+
+# -- categorical columns: one-hot by feature hashing ------------------------------------------
+def _one_hot(column: str, value: str, k: int) -> list[float]:
+    from flink_jobs.stream_files import bucket
+
+    hot = [0.0] * k
+    hot[bucket(column, value, k)] = 1.0
+    return hot
+
+
+def test_a_bucket_is_where_scikit_learns_feature_hasher_puts_the_value():
+    from sklearn.feature_extraction import FeatureHasher
+
+    from flink_jobs.stream_files import bucket
+
+    values = ["", "Paris", "Zürich", "São Paulo", "1", "1.5", "true", "x" * 200,
+              *(f"merchant-{i}" for i in range(200))]
+    for k in (2, 3, 16, 1000, 1 << 16):
+        hashed = FeatureHasher(n_features=k, input_type="string", alternate_sign=False)
+        matrix = hashed.transform([[f"city={v}"] for v in values]).tocsr()
+        assert [matrix[i].indices.tolist() for i in range(len(values))] == \
+            [[bucket("city", v, k)] for v in values]
+
+
+def test_categorical_columns_become_one_hot_features_after_the_numeric_ones(tmp_path):
+    text = "a,city,shape,label\n1,Paris,circle,x\n2,Rome,,y\n3,NA,square,x\n4,Paris,circle,y\n"
+    reader = RecordReader(_write(tmp_path, "d.csv", text), missing=["NA"],
+                          categorical={"city": 8, "shape": 4})
+    items = list(reader)
+    assert (reader.columns, reader.left_out) == (["a"], [])
+    assert items[0] == {"id": 0, "label": "x", "features": [
+        1.0, *_one_hot("city", "Paris", 8), *_one_hot("shape", "circle", 4)]}
+    assert items[1]["features"] == [2.0, *_one_hot("city", "Rome", 8), *[0.0] * 4]  # empty
+    assert items[2]["features"] == [3.0, *[0.0] * 8, *_one_hot("shape", "square", 4)]  # NA
+    assert items[3]["features"][1:] == items[0]["features"][1:]
+    # a column of numbers only: the categorical column alone, without numeric ones
+    only = list(RecordReader("-", stdin=io.StringIO("zip,label\n75001,a\n00100,b\n"),
+                             categorical={"zip": 4}))
+    assert [r["features"] for r in only] == [_one_hot("zip", "75001", 4),
+                                             _one_hot("zip", "00100", 4)]
+
+
+def test_categorical_keys_of_json_lines_and_river():
+    lines = "\n".join(json.dumps(o) for o in (
+        {"a": 1, "c": "red", "label": 0}, {"a": 2, "c": 7, "label": 1},
+        {"a": 3, "c": True, "label": 0}, {"a": 4, "c": None, "label": 1},
+        {"a": 5, "label": 0}, {"a": 6, "c": [1], "label": 1}))
+    items = list(RecordReader("-", format="jsonl", stdin=io.StringIO(lines),
+                              categorical={"c": 4}))
+    assert [r["features"] if isinstance(r, dict) else str(r) for r in items] == [
+        [1.0, *_one_hot("c", "red", 4)], [2.0, *_one_hot("c", "7", 4)],
+        [3.0, *_one_hot("c", "true", 4)], [4.0, 0.0, 0.0, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0, 0.0],
+        "line 6: categorical feature 'c' is a list, not a scalar"]
+    river = list(RecordReader("river:synth.STAGGER", seed=1, limit=3,
+                              categorical={"size": 3, "color": 3, "shape": 3}))
+    assert all(len(r["features"]) == 9 and sum(r["features"]) == 3 for r in river)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"categorical": {"nope": 4}}, "--categorical columns ['nope'] are not in the header"),
+    ({"categorical": {"a": 1}}, "buckets must be an integer in [2, 65536], got 1"),
+    ({"categorical": {"a": 4}, "features": ["a"]}, "cannot be categorical and also a feature"),
+    ({"categorical": {"label": 4}}, "cannot be categorical and also the label or the id"),
+])
+def test_bad_categorical_columns_are_refused(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        list(RecordReader(_write(tmp_path, "d.csv", CSV), **kwargs))
+    with pytest.raises(ValueError, match="has no categorical columns"):
+        RecordReader("shuttle", categorical={"a": 4})
+
+
+def _stagger_csv(path) -> str:
+    """river's seeded STAGGER concepts (Schlimmer & Granger 1986), its second concept, as a
+    user's CSV of words: size, color and shape, and whether the object is of the concept."""
+    from river.datasets import synth
+
+    words = {"size": ("small", "medium", "large"), "color": ("red", "green", "blue"),
+             "shape": ("circle", "square", "triangle")}
+    rows = ["size,color,shape,code_size,code_color,code_shape,label"]
+    for x, y in itertools.islice(synth.STAGGER(classification_function=1, seed=7), 5000):
+        rows.append(",".join([*(words[k][x[k]] for k in words), *(str(x[k]) for k in words),
+                              str(int(y))]))
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_one_hot_categories_let_a_linear_learner_learn_a_categorical_concept(tmp_path):
+    """STAGGER's concept is a disjunction of categories: as the categories' codes (0, 1,
+    2) it is not linear, and PA on 2 spokes (TAP) reaches 0.880 prequential accuracy; one
+    hot in the default 32 buckets, 0.998. In 8 buckets red and blue share one (the reader
+    counts it) and the concept is lost: 0.775."""
+    from operators.local import LocalNetwork
+
+    path = _stagger_csv(tmp_path / "stagger.csv")
+    accuracy = {}
+    shared = {}
+    for name, kwargs in (("codes", {"features": ["code_size", "code_color", "code_shape"]}),
+                         ("one-hot", {"categorical": {"size": 32, "color": 32, "shape": 32},
+                                      "features": []}),
+                         ("8 buckets", {"categorical": {"size": 8, "color": 8, "shape": 8},
+                                        "features": []})):
+        reader = RecordReader(path, **kwargs)
+        records = list(reader)
+        shared[name] = reader.shared
+        net = LocalNetwork(n_spokes=2, n_hubs=1)
+        net.request({"id": 0, "request": "Create", "preProcessors": [{"name": "StandardScaler"}],
+                     "learner": {"name": "PA"},
+                     "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 16}})
+        net.stream([(True, rec) for rec in records])
+        q = net.query()
+        assert q["fitted"] == 5000 and q["rejected"] == 0
+        accuracy[name] = q["prequentialAccuracy"]
+    assert accuracy["one-hot"] > 0.99 and accuracy["codes"] < 0.9, accuracy
+    assert shared["one-hot"] == {"size": 0, "color": 0, "shape": 0}
+    assert shared["8 buckets"] == {"size": 1, "color": 1, "shape": 0}
+    assert accuracy["8 buckets"] < 0.8, accuracy
+
+
+def test_categorical_columns_through_the_real_broker(broker, tmp_path, capsys):
+    from flink_jobs.kafka_io import TopicReader
+
+    path = _write(tmp_path, "shop.csv", "amount,merchant,country,label\n12.5,acme,FR,0\n"
+                  "990,shady,,1\n")
+    prefix = "categorical-"
+    assert main(["stream", path, "--categorical", "merchant,country:4", "--no-progress",
+                 "--bootstrap-servers", broker.bootstrap_servers, "--topic-prefix", prefix]) == 0
+    err = capsys.readouterr().err
+    assert "omldm stream: features: amount, merchant (32 one-hot), country (4 one-hot)" in err
+    assert "omldm stream: merchant: 2 values in 32 buckets\n" in err
+    reader = TopicReader(broker.bootstrap_servers, prefix + "training")
+    got = sorted(reader.drain(idle_ms=500), key=lambda r: r["id"])
+    reader.close()
+    assert got == [
+        {"id": 0, "label": 0, "features": [12.5, *_one_hot("merchant", "acme", 32),
+                                           *_one_hot("country", "FR", 4)]},
+        {"id": 1, "label": 1, "features": [990.0, *_one_hot("merchant", "shady", 32),
+                                           0.0, 0.0, 0.0, 0.0]}]
+    assert main(["stream", path, "--categorical", "merchant:many",
+                 "--bootstrap-servers", broker.bootstrap_servers]) == 2
+    assert "--categorical 'merchant:many': the buckets after ':' must be an integer" in \
+        capsys.readouterr().err

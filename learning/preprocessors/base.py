@@ -46,10 +46,12 @@ class Preprocessor(Component, abc.ABC):
     #: ``learn_targets``, ``scale_targets`` and ``inverse``, and passes the features
     #: through: :class:`learning.preprocessors.TargetStandardScaler`)
     targets: ClassVar[bool] = False
-    #: True for a preprocessor that must come first in a pipeline's chain (a Create that
-    #: places it later is refused: :func:`learning.registry.check_targets`):
-    #: :class:`learning.preprocessors.StatImputer`, which fills missing values
-    first_only: ClassVar[bool] = False
+    #: True for a preprocessor that fills missing values (a feature ``null`` in a record,
+    #: NaN in its input): a pipeline whose first preprocessor it is takes records with
+    #: them, and it must come first (a Create that places it later is refused:
+    #: :func:`learning.registry.check_preprocessor_order`):
+    #: :class:`learning.preprocessors.StatImputer`
+    fills_missing: ClassVar[bool] = False
 
     def output_width(self, n_features: int) -> int:
         """The width of what this preprocessor makes of records of ``n_features``

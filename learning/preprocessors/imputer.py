@@ -60,7 +60,7 @@ class StatImputer(moments.MergeableStatistics, Preprocessor):
 
     _STATISTICS = moments.COUNTED_MEANS
     HYPERPARAMETERS = ()
-    first_only = True
+    fills_missing = True
 
     def __init__(self):
         check_stored(self)

@@ -42,7 +42,7 @@ class TargetStandardScaler(StandardScaler):
     Features pass through unchanged (:meth:`transform`, :meth:`learn_transform`), so the
     preprocessor may sit anywhere in ``preProcessors``; :class:`learning.Pipeline` applies
     it to the targets (:attr:`targets`). A pipeline takes one, before a regressor only
-    (:func:`learning.registry.check_targets`).
+    (:func:`learning.registry.check_preprocessor_order`).
 
     Parameters
     ----------

@@ -26,7 +26,6 @@ from learning.learners.base import label_key
 from learning.learners.labels import LabelIndex
 from learning.metrics import SUPERVISED_TASKS, QualityState, json_number, report
 from learning.pipeline import Pipeline
-from learning.preprocessors.imputer import StatImputer
 from learning.protocols.parameters import TRAINING_PARAMETERS
 from learning.registry import (make_learner, make_pipeline, make_preprocessor,
                                model_learner_spec)
@@ -319,7 +318,7 @@ class PipelineSpoke(ModelWidth, Node):
     _bounds: tuple | None = None
     _label_bounds: tuple[float, float] | None = None
     #: whether a record's feature may be ``null`` (a missing value): the pipeline's first
-    #: preprocessor imputes them (:class:`learning.preprocessors.StatImputer`)
+    #: preprocessor fills them (``fills_missing``: :class:`learning.preprocessors.StatImputer`)
     missing_ok = False
     #: a record's checks before the layout's, ``(features, label, labelled) -> (width,
     #: kind)``: :func:`learning.layout.inspect_record`, or with the declared bounds and
@@ -426,7 +425,7 @@ class PipelineSpoke(ModelWidth, Node):
                                       TRAINING_PARAMETERS["featureMax"].of(cfg))
         self._label_bounds = _declared_bounds(cfg, "labelMin", "labelMax")
         preps = self.pipeline.preprocessors
-        self.missing_ok = bool(preps) and isinstance(preps[0], StatImputer)
+        self.missing_ok = bool(preps) and preps[0].fills_missing
         declared = (self.missing_ok, self._bounds, self._label_bounds)
         self._inspect = inspect_record if declared == (False, None, None) else partial(
             _inspect_declared, *declared)
