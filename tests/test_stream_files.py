@@ -324,17 +324,19 @@ def test_bad_categorical_columns_are_refused(tmp_path, kwargs, message):
         RecordReader("shuttle", categorical={"a": 4})
 
 
-def _stagger_csv(path) -> str:
+def _stagger_csv(path, codes: bool = True) -> str:
     """river's seeded STAGGER concepts (Schlimmer & Granger 1986), its second concept, as a
-    user's CSV of words: size, color and shape, and whether the object is of the concept."""
+    user's CSV of words: size, color and shape (with ``codes``, also as the generator's
+    codes 0, 1, 2), and whether the object is of the concept."""
     from river.datasets import synth
 
     words = {"size": ("small", "medium", "large"), "color": ("red", "green", "blue"),
              "shape": ("circle", "square", "triangle")}
-    rows = ["size,color,shape,code_size,code_color,code_shape,label"]
+    rows = ["size,color,shape" + (",code_size,code_color,code_shape" if codes else "") +
+            ",label"]
     for x, y in itertools.islice(synth.STAGGER(classification_function=1, seed=7), 5000):
-        rows.append(",".join([*(words[k][x[k]] for k in words), *(str(x[k]) for k in words),
-                              str(int(y))]))
+        rows.append(",".join([*(words[k][x[k]] for k in words),
+                              *(str(x[k]) for k in words if codes), str(int(y))]))
     path.write_text("\n".join(rows) + "\n")
     return str(path)
 
@@ -394,3 +396,28 @@ def test_categorical_columns_through_the_real_broker(broker, tmp_path, capsys):
                  "--bootstrap-servers", broker.bootstrap_servers]) == 2
     assert "--categorical 'merchant:many': the buckets after ':' must be an integer" in \
         capsys.readouterr().err
+
+
+def test_on_flink_a_categorical_concept_is_learned_from_a_csv_of_words(broker, tmp_path,
+                                                                        capsys):
+    """The user's path, end to end: a CSV of words streamed by ``omldm stream
+    --categorical`` into a running job, a PA pipeline on 2 spokes learning STAGGER's
+    concept from the one-hot features."""
+    from flink_jobs.session import Session, local_config
+
+    path = _stagger_csv(tmp_path / "stagger.csv", codes=False)
+    cfg = local_config(broker.bootstrap_servers, topic_prefix="categorical-flink-", spokes=2)
+    with Session(cfg, "categorical") as s:
+        assert s.request({"id": 0, "request": "Create", "requestId": "c",
+                          "preProcessors": [{"name": "StandardScaler"}],
+                          "learner": {"name": "PA", "parameters": {"n_features": 96}},
+                          "trainingConfiguration": {"protocol": "Asynchronous",
+                                                    "miniBatchSize": 16}},
+                         timeout=120)["status"] == "ok"
+        assert main(["stream", path, "--categorical", "size,color,shape", "--no-progress",
+                     "--records-per-message", "20", "--bootstrap-servers",
+                     broker.bootstrap_servers, "--topic-prefix", "categorical-flink-"]) == 0
+        q = s.wait_until_counted(0, 4000, 1000, timeout=120)
+    assert "features: size (32 one-hot), color (32 one-hot), shape (32 one-hot)" in \
+        capsys.readouterr().err
+    assert q["rejected"] == 0 and q["prequentialAccuracy"] > 0.99, q["prequentialAccuracy"]
