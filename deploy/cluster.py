@@ -475,25 +475,48 @@ class SessionCluster:
                 todo.append(c)
         return out
 
-    def start_taskmanager(self, wait: bool = True, timeout: float = 120) -> int:
+    def start_taskmanager(self, wait: bool = True, timeout: float = 120,
+                          attempts: int = 2) -> int:
         """Start one more TaskManager (e.g. to replace a killed one); with ``wait``, until the
-        REST API lists a TaskManager it did not list before. Returns its pid."""
-        before_pids = set(self._pids("taskexecutor"))
+        REST API lists a TaskManager it did not list before. Returns its pid.
+
+        A new TaskManager that dies before it registers is started again, up to
+        ``attempts`` times in all, as a resource manager would (in one fresh-clone CI run
+        the replacement JVM died at once, before writing a line of log, and passed on
+        every run since).
+
+        Raises
+        ------
+        ClusterError
+            When ``taskmanager.sh`` writes no pid, or the TaskManager does not register
+            within ``timeout`` seconds, or every attempt died (with the logs' tails).
+        """
         before_ids = {tm["id"] for tm in self.get("/taskmanagers")["taskmanagers"]} if wait else set()
-        self._script("taskmanager.sh", "start")
-        new = [p for p in self._pids("taskexecutor") if p not in before_pids]
-        if not new:
-            raise ClusterError(f"taskmanager.sh start wrote no pid\n{self.log_tail()}")
-        if wait:
+        for attempt in range(1, attempts + 1):
+            before_pids = set(self._pids("taskexecutor"))
+            self._script("taskmanager.sh", "start")
+            new = [p for p in self._pids("taskexecutor") if p not in before_pids]
+            if not new:
+                raise ClusterError(f"taskmanager.sh start wrote no pid\n{self.log_tail()}")
+            if not wait:
+                return new[-1]
             deadline = time.monotonic() + timeout
             while not {tm["id"] for tm in self.get("/taskmanagers")["taskmanagers"]} - before_ids:
                 if time.monotonic() > deadline:
                     raise ClusterError(f"the new TaskManager {new[-1]} did not register within "
                                        f"{timeout} s\n{self.log_tail()}")
                 if not self._alive(new):
-                    raise ClusterError(f"the new TaskManager {new[-1]} died\n{self.log_tail()}")
+                    if attempt < attempts:
+                        log.warning("the new TaskManager %d died before it registered; "
+                                    "starting another (%d of %d)", new[-1], attempt + 1,
+                                    attempts)
+                        break
+                    raise ClusterError(f"the new TaskManager {new[-1]} died (attempt {attempt} "
+                                       f"of {attempts})\n{self.log_tail()}")
                 time.sleep(0.25)
-        return new[-1]
+            else:
+                return new[-1]
+        raise AssertionError("unreachable")
 
     def start_taskmanagers(self, n: int, timeout: float = 120) -> list[int]:
         """Start ``n`` more TaskManagers at once (the replacements a resource manager would
