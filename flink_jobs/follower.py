@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from flink_jobs.kafka_io import TopicReader
-from learning.layout import RecordRejected, check_bounds, feature_bounds
+from learning.layout import RecordRejected, check_bounds, declared_bounds
 from operators.weights import GlobalModel, ModelAssembler
 
 __all__ = ["ModelFollower", "predict_records"]
@@ -54,7 +54,7 @@ def predict_records(model: GlobalModel, records: Iterable[Any], scores: bool = F
     preps = model.model.preprocessors
     missing_ok = bool(preps) and preps[0].fills_missing  # it fills a null
     cfg = (model.meta or {}).get("trainingConfiguration") or {}
-    bounds = feature_bounds(cfg.get("featureMin"), cfg.get("featureMax"))  # as the spokes
+    bounds = declared_bounds(cfg.get("featureMin"), cfg.get("featureMax"))  # as the spokes
     out: list[dict | None] = [None] * len(recs)
     good: list[int] = []
     rows: list[list[float]] = []

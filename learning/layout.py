@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 __all__ = ["RecordRejected", "Layout", "inspect_record", "all_fit", "check_bounds",
-           "feature_bounds", "check_label_bounds", "label_kind", "REASONS", "DEFAULT_QUORUM",
+           "declared_bounds", "check_label_bounds", "label_kind", "REASONS", "DEFAULT_QUORUM",
            "MAX_ABS_FEATURE", "MAX_LABEL_CHARS", "decide", "declared_layout"]
 
 #: Records that must agree (strict majority of the votes) before an undeclared layout is
@@ -195,7 +195,7 @@ def check_bounds(features: list, bounds: tuple) -> None:
         ``null`` for a missing one, which is not compared).
     bounds : (float, float) or (tuple of float, tuple of float)
         ``(featureMin, featureMax)``, one number each for every feature or one tuple each
-        with a bound per feature (:func:`feature_bounds`); ``-inf`` / ``inf`` where one is
+        with a bound per feature (:func:`declared_bounds`); ``-inf`` / ``inf`` where one is
         not declared.
 
     Raises
@@ -237,12 +237,12 @@ def _check_each(features: list, lo: tuple, hi: tuple) -> None:
                                  f"featureMax[{i}]] = [{lo[i]:g}, {hi[i]:g}]", "feature_range")
 
 
-def feature_bounds(low: float | list | None, high: float | list | None) -> tuple | None:
-    """The bounds :func:`check_bounds` takes from a ``trainingConfiguration``'s validated
-    ``featureMin`` and ``featureMax`` (each None, a number, or a list of numbers and None
-    per feature): ``(low, high)`` as two floats, or where either is a list as two tuples of
-    one float per feature; ``-inf`` / ``inf`` where none is declared; None when neither
-    is declared."""
+def declared_bounds(low: float | list | None, high: float | list | None) -> tuple | None:
+    """The bounds :func:`check_bounds` and :func:`check_label_bounds` take from a
+    ``trainingConfiguration``'s validated ``featureMin`` and ``featureMax`` (each None, a
+    number, or a list of numbers and None per feature) or ``labelMin`` and ``labelMax``:
+    ``(low, high)`` as two floats, or where either is a list as two tuples of one float per
+    feature; ``-inf`` / ``inf`` where none is declared; None when neither is declared."""
     if low is None and high is None:
         return None
     n = len(low) if isinstance(low, list) else len(high) if isinstance(high, list) else 0

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from learning.errors import RequestError
-from learning.layout import Layout, RecordRejected, all_fit, check_bounds, feature_bounds
+from learning.layout import Layout, RecordRejected, all_fit, check_bounds, declared_bounds
 from learning.requests import parse_request
 from operators.local import LocalNetwork
 
@@ -210,9 +210,9 @@ def test_on_flink_bounds_refuse_sentinels_and_the_stream_goes_on(broker):
 
 
 def test_per_feature_bounds_name_the_feature_and_declare_the_width():
-    bounds = feature_bounds([0, None, -5], 10.0)
+    bounds = declared_bounds([0, None, -5], 10.0)
     assert bounds == ((0.0, -np.inf, -5.0), (10.0, 10.0, 10.0))
-    assert feature_bounds(None, None) is None and feature_bounds(None, 3) == (-np.inf, 3.0)
+    assert declared_bounds(None, None) is None and declared_bounds(None, 3) == (-np.inf, 3.0)
     check_bounds([0.0, -1e9, 10.0], bounds)
     check_bounds([None, -1e9, 10.0], bounds)  # a missing value, for a pipeline that imputes
     for features, code, reason in (

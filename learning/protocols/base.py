@@ -20,8 +20,8 @@ import orjson
 
 from learning.errors import RequestError
 from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, all_fit, check_bounds,
-                             check_label_bounds, decide, declared_layout, feature_bounds,
-                             inspect_record, label_kind, vote_counter, vote_list)
+                             check_label_bounds, declared_bounds, declared_layout, decide,
+                             inspect_record, vote_counter, vote_list)
 from learning.learners.base import label_key
 from learning.learners.labels import LabelIndex
 from learning.metrics import SUPERVISED_TASKS, QualityState, json_number, report
@@ -109,15 +109,6 @@ def _inspect_declared(missing_ok: bool, bounds: tuple | None,
     if label_bounds is not None and kind is not None:
         check_label_bounds(label, kind, label_bounds)
     return width, kind
-
-
-def _declared_bounds(cfg: dict, low: str, high: str) -> tuple[float, float] | None:
-    """``(cfg[low], cfg[high])`` of a ``trainingConfiguration``, -inf / inf for the one not
-    declared; None when neither is."""
-    lo, hi = TRAINING_PARAMETERS[low].of(cfg), TRAINING_PARAMETERS[high].of(cfg)
-    if lo is None and hi is None:
-        return None
-    return -math.inf if lo is None else lo, math.inf if hi is None else hi
 
 
 def relayout_of(update, current: Layout, task: str, supervised: bool):
@@ -312,7 +303,7 @@ class PipelineSpoke(ModelWidth, Node):
     _seen_classes: set | None = None
     #: ``(featureMin, featureMax)`` and ``(labelMin, labelMax)`` of
     #: ``trainingConfiguration`` (-inf / inf where one is not declared; the features' as
-    #: two tuples where given per feature: :func:`learning.layout.feature_bounds`), None
+    #: two tuples where given per feature: :func:`learning.layout.declared_bounds`), None
     #: when neither is (:func:`learning.layout.check_bounds`,
     #: :func:`learning.layout.check_label_bounds`)
     _bounds: tuple | None = None
@@ -421,9 +412,10 @@ class PipelineSpoke(ModelWidth, Node):
         self.window = TRAINING_PARAMETERS["window"].of(cfg)
         self.epochs = TRAINING_PARAMETERS["epochs"].of(cfg)
         self.max_classes = TRAINING_PARAMETERS["maxClasses"].of(cfg)
-        self._bounds = feature_bounds(TRAINING_PARAMETERS["featureMin"].of(cfg),
+        self._bounds = declared_bounds(TRAINING_PARAMETERS["featureMin"].of(cfg),
                                       TRAINING_PARAMETERS["featureMax"].of(cfg))
-        self._label_bounds = _declared_bounds(cfg, "labelMin", "labelMax")
+        self._label_bounds = declared_bounds(TRAINING_PARAMETERS["labelMin"].of(cfg),
+                                             TRAINING_PARAMETERS["labelMax"].of(cfg))
         preps = self.pipeline.preprocessors
         self.missing_ok = bool(preps) and preps[0].fills_missing
         declared = (self.missing_ok, self._bounds, self._label_bounds)
@@ -1014,12 +1006,10 @@ class PipelineSpoke(ModelWidth, Node):
         self._work = deque(item for item in self._work if len(item[0].y))
 
     def _fits_bounds(self, features: list, label: Any) -> bool:
-        """Whether a taken record is within the declared bounds; if not it is refused."""
+        """Whether a taken record passes this pipeline's record checks as they are now (the
+        declared bounds among them); if not it is refused."""
         try:
-            if self._bounds is not None:
-                check_bounds(features, self._bounds)
-            if self._label_bounds is not None and self._supervised and label is not None:
-                check_label_bounds(label, label_kind(label), self._label_bounds)
+            self._inspect(features, label, self._supervised)
         except RecordRejected as exc:
             self.refuse({"features": features, "label": label}, exc)
             return False
