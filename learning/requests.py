@@ -36,6 +36,7 @@ from learning.errors import RequestError
 from learning.protocols.parameters import (TRAINING_DEFAULTS, TRAINING_PARAMETERS,
                                            ProtocolParams, configuration_schema, declared,
                                            generation, validate_training_configuration)
+from learning.drift import check_drift_pairing
 from learning.scaling import check_scaling
 
 __all__ = ["Request", "parse_request", "REQUEST_TYPES", "TRAINING_DEFAULTS", "SCHEMA_PATH",
@@ -334,8 +335,9 @@ def parse_request(raw: bytes | str | dict, max_bytes: int = 1_000_000,
           one, or a preprocessor that fills missing values after another
           (:func:`learning.registry.check_preprocessor_order`), or ``scaling``
           ``learning-rate`` / ``both`` for a learner without a step size
-          (:func:`learning.scaling.check_scaling`; an Update is checked by
-          :func:`learning.update.apply_update`, which knows the running learner).
+          (:func:`learning.scaling.check_scaling`), or a ``driftDetector`` the learner's
+          task cannot feed (:func:`learning.drift.check_drift_pairing`); an Update is
+          checked by :func:`learning.update.apply_update`, which knows the running learner.
 
         Its ``request_id`` holds the request's ``requestId`` whenever the message was a
         JSON object with a scalar ``requestId``.
@@ -436,6 +438,7 @@ def _parse(doc: dict, request_id: Any, protocols: Collection[str] | None,
                 built = make_learner(spec)
             if kind == "Create":
                 check_scaling(built, TRAINING_PARAMETERS["scaling"].of(config), learner["name"])
+                check_drift_pairing(TRAINING_PARAMETERS["driftDetector"].of(config), built.task)
         except RequestError as e:
             e.request_id = request_id
             raise

@@ -17,6 +17,7 @@ from learning.hyperparameters import typed
 from learning.pipeline import Pipeline
 from learning.protocols.parameters import (TRAINING_PARAMETERS, declared,
                                            validate_training_configuration)
+from learning.drift import check_drift_pairing
 from learning.scaling import check_scaling
 
 if TYPE_CHECKING:  # a type only: learning.requests imports the protocols, which import this
@@ -103,7 +104,8 @@ def apply_update(current: Request, update: Request, pipeline: Pipeline) -> Reque
         rule, e.g. EASGD's α·ρ ≤ 1: :mod:`learning.protocols.parameters`) or
         ``unsupported_pairing`` (``scaling`` ``learning-rate`` / ``both`` with the learner
         as it would be having no step size, e.g. PA switched to mode 0:
-        :func:`learning.scaling.check_scaling`); nothing changed.
+        :func:`learning.scaling.check_scaling`; a ``driftDetector`` the learner's task
+        cannot feed: :func:`learning.drift.check_drift_pairing`); nothing changed.
     """
     changes = [(c, typed(type(c), {k: v for k, v in kw.items() if v is not None}), where)
                for c, kw, where in _changes(current, update, pipeline)]  # JSON's 64.0 is 64
@@ -124,6 +126,7 @@ def apply_update(current: Request, update: Request, pipeline: Pipeline) -> Reque
         validate_training_configuration(config, create=True)
         check_scaling(would_be, TRAINING_PARAMETERS["scaling"].of(config),
                       current.learner.get("name"))
+        check_drift_pairing(TRAINING_PARAMETERS["driftDetector"].of(config), would_be.task)
     except RequestError as exc:
         exc.request_id = update.request_id
         raise

@@ -26,6 +26,9 @@ rollingR2Ppm               spoke  regressors: R² over it, parts per million
 rollingLogLossMicro        spoke  binary classifiers with class probabilities (MLP, CNN,
                                   Hoeffding trees): log loss over it, millionths
 rollingRocAucPpm           spoke  likewise: ROC AUC over it, parts per million
+driftsDetected             spoke  pipelines with a ``driftDetector``: concept drifts its
+                                  detector found in this spoke's prequential errors
+                                  (:mod:`learning.drift`)
 updates                    hub    updates applied to the global model (synchronizations)
 messagesToSpokes/...       hub    envelopes and bytes sent to spokes, received from them
 feedbackRoundTripMs        hub    milliseconds from a hub→spoke frame sent to the spoke's
@@ -90,6 +93,7 @@ SPOKE_METRICS: dict[str, Callable[[Any], int]] = {
         ("rollingKappaPpm", "kappa", 1e6), ("rollingMaeMicro", "mae", 1e6),
         ("rollingRmseMicro", "rmse", 1e6), ("rollingR2Ppm", "r2", 1e6),
         ("rollingLogLossMicro", "logLoss", 1e6), ("rollingRocAucPpm", "rocAuc", 1e6))},
+    "driftsDetected": lambda n: n.drift.detected,  # AttributeError (skipped) without one
 }
 HUB_METRICS: dict[str, Callable[[Any], int]] = {
     "updates": lambda n: n.updates,

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from learning.drift import NONE as NO_DETECTOR
+from learning.drift import DriftMonitor, drift_summary
 from learning.errors import RequestError
 from learning.layout import (DEFAULT_QUORUM, Layout, RecordRejected, all_fit, check_bounds,
                              check_label_bounds, declared_bounds, declared_layout, decide,
@@ -242,6 +244,7 @@ class PipelineSpoke(ModelWidth, Node):
     #: class defaults, so that a spoke restored from a snapshot taken before the field
     #: existed reports no quality metrics instead of failing
     quality: QualityState | None = None
+    drift: DriftMonitor | None = None  # trainingConfiguration.driftDetector (learning.drift)
     window, epochs = 0, 1
     _work: deque | None = None
     _fitted_at_query = -1  # records fitted when the previous Query came (class default:
@@ -395,7 +398,8 @@ class PipelineSpoke(ModelWidth, Node):
         ``learning-rate`` / ``both`` (eq. 4); its declared hyperparameters stay as given.
         The rolling quality metrics keep ``ceil(metricsWindow / n)`` records on this spoke;
         ``window``, ``epochs``, ``maxClasses``, ``layoutQuorum`` and the bounds
-        (``featureMin``, ``featureMax``, ``labelMin``, ``labelMax``) are read again.
+        (``featureMin``, ``featureMax``, ``labelMin``, ``labelMax``) are read again; a new
+        ``driftDetector`` starts afresh (:mod:`learning.drift`), an unchanged one goes on.
 
         Raises
         ------
@@ -429,6 +433,11 @@ class PipelineSpoke(ModelWidth, Node):
         scale_learner(self.pipeline.learner, self.scaling, n)
         if self.quality is not None:
             self.quality.resize(-(-TRAINING_PARAMETERS["metricsWindow"].of(cfg) // n))
+        detector = TRAINING_PARAMETERS["driftDetector"].of(cfg)
+        if detector == NO_DETECTOR or self.quality is None:
+            self.drift = None
+        elif self.drift is None or self.drift.name != detector:
+            self.drift = DriftMonitor(detector, self._task)
 
     # -- stream --------------------------------------------------------------------------
     def on_record(self, train: bool, rec: dict) -> None:
@@ -843,6 +852,8 @@ class PipelineSpoke(ModelWidth, Node):
         if refused:
             predictions, proba, y = self._refuse_rows(batch, refused, predictions, proba)
             X = batch.X
+        if self.drift is not None:
+            self._watch_drift(y, predictions)
         self.fitted += len(X)
         if self.quality is not None:
             self.quality.update(y, predictions, proba,
@@ -851,6 +862,14 @@ class PipelineSpoke(ModelWidth, Node):
         self.loss_sum += float(loss)
         self.batches += 1
         self._batch_fitted(len(X))
+
+    def _watch_drift(self, y: list, predictions: list) -> None:
+        """Feed a first pass's prequential errors to the drift detector; each detection is
+        logged and written to the responses topic (:meth:`DriftMonitor.event`)."""
+        for at in self.drift.update(y, predictions, self.fitted):
+            log.warning("%s: concept drift detected by %s at the spoke's record %d (%d so far)",
+                        self.name, self.drift.name, at, self.drift.detected)
+            self.ctx.emit("responses", self.drift.event(self.ctx.network, self.ctx.index, at))
 
     def _refuse_rows(self, batch: "_Batch", rows: tuple[int, ...], predictions: list,
                      proba: Any) -> tuple[list, Any, list]:
@@ -1071,6 +1090,7 @@ class PipelineSpoke(ModelWidth, Node):
             "layout": self.layout.to_json(), "network": self.stats.to_json(),
             "scaling": describe(self.pipeline.learner, self.scaling, self.mini_batch_size),
             "quality": self.quality.to_json() if self.quality is not None else None,
+            "drift": self.drift.to_json() if self.drift is not None else None,
         }
 
 
@@ -1221,6 +1241,7 @@ class PipelineHub(ModelWidth, Node):
                                     self.learner.task == "classification" else None),
             "cumulativeLoss": loss, "meanLoss": loss / fitted if fitted else None,
             "metrics": report(quality, window) if quality else None,
+            "drift": drift_summary(spokes),
             "protocol": proto,
             "spokes": [{
                 "spoke": s["spoke"], "subtask": s.get("subtask"),
@@ -1238,6 +1259,7 @@ class PipelineHub(ModelWidth, Node):
                 "duplicatesDropped": s["network"]["duplicates_dropped"],
                 "metrics": report([s["quality"]], s["quality"]["window"])
                 if s.get("quality") else None,
+                "drift": s.get("drift"),
                 **s.get("protocol", {})} for s in spokes],
             "learner": {"name": self.request.learner["name"],
                         "hyperParameters": self.learner.hyperparameters()},

@@ -474,6 +474,12 @@ TRAINING_PARAMETERS = ProtocolParams(reference="papers/002 §3.4", params=(
           "±1e150)"),
     Param("labelMax", float, None, "largest number label a training record may carry, as "
           "labelMin"),
+    Param("driftDetector", str, "none", "river's concept drift detector over each spoke's "
+          "prequential errors (learning.drift: a wrong prediction 1, a right one 0; a "
+          "regressor's absolute error, ADWIN and PageHinkley only): each detection is "
+          "counted (a Query's drift, the driftsDetected metric) and written to the responses "
+          "topic as an event; the learners go on learning; none: no detector",
+          choices=("none", "ADWIN", "PageHinkley", "DDM", "HDDM_A", "HDDM_W")),
 ), rules=(
     Rule(("featureMin", "featureMax"), "featureMin <= featureMax", _ordered,
          "feature by feature, where either is an array; two arrays of one length"),
