@@ -156,6 +156,10 @@ def _serve(args: argparse.Namespace) -> int:
         while True:
             for r in session.responses.poll(200):
                 rid = str(r.get("requestId", ""))
+                if r.get("event") == "drift" and r.get("id") in pipelines:  # learning.drift
+                    print(f"pipeline {r['id']}: concept drift detected by {r['detector']} on "
+                          f"spoke {r['spoke']} at its record {r['atRecord']:,}", flush=True)
+                    continue
                 if r.get("status") != "ok":
                     continue
                 if r.get("request") == "Create":
@@ -179,6 +183,8 @@ def _serve(args: argparse.Namespace) -> int:
                         quality = f", rolling {r['metrics']['windowRecords']:,}: " + ", ".join(
                             f"{k} {v:.4f}" if k in ("kappa", "macroF1") else f"{k} {v:.4g}"
                             for k, v in shown)
+                    if r.get("drift"):
+                        quality += f", drifts {r['drift']['detected']}"
                     print(f"pipeline {r['id']}: fitted {r['fitted']:,} ({rate:,.0f}/s), predicted "
                           f"{r['predicted']:,}, rejected {r['rejected']:,}, prequential "
                           f"{'-' if acc is None else f'{acc:.4f}'}, mean loss "
@@ -961,7 +967,9 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                         help="FILE.csv (with a header), FILE.jsonl (one JSON object per line), "
                              "'-' (stdin), river:NAME (river.datasets without download, e.g. "
                              "river:Phishing, river:Bananas, river:synth.Agrawal, "
-                             "river:synth.SEA) or shuttle / digits")
+                             "river:synth.SEA) or shuttle / digits / agrawal-drift / "
+                             "sea-drift (river's seeded generators with one concept drift, "
+                             "around 2/5 of 20,000 records or of --limit)")
     stream.add_argument("--format", choices=("csv", "jsonl"), default=None,
                         help="input format (default: by the file suffix; csv for stdin)")
     _table_arguments(stream, ", else unlabelled records")
@@ -977,7 +985,8 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                         help="stop after N records (default: all; 10000 for an endless "
                              "river generator)")
     stream.add_argument("--seed", type=int, default=None,
-                        help="seed of a river generator (default: none, the generator's own)")
+                        help="seed of a river generator or a drift stream (default: none, the "
+                             "generator's own; 42 for agrawal-drift / sea-drift)")
     stream.add_argument("--first-id", type=int, default=0,
                         help="id of the first row when ids are row numbers (default 0)")
     stream.add_argument("--no-progress", action="store_true",

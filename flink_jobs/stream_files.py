@@ -31,7 +31,10 @@ __all__ = ["BadRow", "RecordReader", "StreamSummary", "write_stream", "bucket", 
            "BUNDLED", "DEFAULT_GENERATOR_LIMIT", "MAX_BUCKETS"]
 
 FORMATS = ("csv", "jsonl")
-BUNDLED = ("shuttle", "digits")
+BUNDLED = ("shuttle", "digits", "agrawal-drift", "sea-drift")
+#: records of a bundled drift stream without --limit (learning.datasets.drift: the concept
+#: changes around 2/5 of them, over 1/10)
+DRIFT_RECORDS = 20_000
 DEFAULT_GENERATOR_LIMIT = 10_000  # records, for an endless river generator without --limit
 SNIFF_ROWS = 100  # rows read ahead to choose the default feature columns
 MAX_BUCKETS = 1 << 16  # one-hot features of one categorical column, at most
@@ -305,7 +308,7 @@ class RecordReader:
             raise ValueError(f"{source!r} has no categorical columns")
         if self.kind in ("river", "bundled") and (label is not None or id is not None):
             raise ValueError(f"--label and --id apply to CSV / JSON Lines input, not {source!r}")
-        if seed is not None and self.kind != "river":
+        if seed is not None and self.kind != "river" and not source.endswith("-drift"):
             raise ValueError(f"--seed applies to river generators, not {source!r}")
         if self.kind in FORMATS and source != "-" and not Path(source).is_file():
             raise ValueError(f"no such file: {source!r}")
@@ -629,6 +632,11 @@ class RecordReader:
             from learning.datasets import shuttle
 
             X, y = shuttle()
+        elif self.source.endswith("-drift"):
+            from learning.datasets import drift
+
+            X, y = drift(self.source[:-len("-drift")], n=self.limit or DRIFT_RECORDS,
+                         seed=42 if self.seed is None else self.seed)
         else:
             from sklearn.datasets import load_digits
 

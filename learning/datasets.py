@@ -261,7 +261,8 @@ def drift(name: str, n: int = 4000, seed: int = 42, position: int | None = None,
     Raises
     ------
     ValueError
-        For an unknown ``name``, ``n`` below 1 or ``width`` below 1.
+        For an unknown ``name``, ``n`` below 1, ``width`` below 1 or below ``position /
+        177`` (river's ConceptDriftStream would overflow).
 
     References
     ----------
@@ -280,6 +281,9 @@ def drift(name: str, n: int = 4000, seed: int = 42, position: int | None = None,
     width = max(1, n // 10) if width is None else width
     if width < 1:
         raise ValueError(f"width must be >= 1, got {width}")
+    if position > 177 * width:  # river's sigmoid, exp(4 (position - t) / width), overflows
+        raise ValueError(f"width must be at least position / 177 = {position / 177:.0f} "
+                         f"records (river's ConceptDriftStream overflows below), got {width}")
     X, y = _arrays(itertools.islice(DRIFT[name][0](seed, position, width), n))
     return X, y.astype(np.int64)
 

@@ -113,3 +113,28 @@ def test_an_example_fails_with_a_clear_exit_code(serve, broker, tmp_path):
     run = subprocess.run([sys.executable, "examples/csv_to_metrics.py", str(tmp_path / "x.csv")],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "--bootstrap-servers" in run.stderr
+
+
+def test_a_drift_detector_on_the_command_line(serve, broker):
+    """A user's path to drift detection: ``omldm request create ... --config
+    driftDetector=ADWIN``, ``omldm stream agrawal-drift``; ``omldm serve`` prints each
+    detection and the detections in its progress lines."""
+    cli = [sys.executable, "-m", "flink_jobs"]
+    run = subprocess.run([*cli, "request", "create", "--id", "5", "--learner", "PA", "--hyper",
+                          "C=0.01", "--preprocessor", "StandardScaler", "--config",
+                          "driftDetector=ADWIN", "--wait", "--timeout", "120"], cwd=ROOT,
+                         env=_env(broker), capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout)["status"] == "ok"
+    run = subprocess.run([*cli, "stream", "agrawal-drift", "--records-per-message", "50",
+                          "--no-progress"], cwd=ROOT, env=_env(broker), capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    line = serve.wait_for("pipeline 5: concept drift detected by ADWIN on spoke", timeout=240)
+    at = int(line.rsplit(" ", 1)[1].replace(",", ""))
+    # 20,000 records, 80% trained on, over 2 spokes: the drift begins at about the spokes'
+    # 2,400th record (8,000 − 1,000 in the stream)
+    assert at > 2_400, line
+    serve.wait_for("pipeline 5: fitted 16,000", timeout=240)
+    assert serve.wait_for("pipeline 5: fitted 16,000", timeout=1).endswith(
+        tuple(f"drifts {n}" for n in range(1, 20)))
