@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     for ds in a.dataset or ["agrawal", "sea"]:
         X, y = datasets.drift(ds, n=a.records, position=a.position, width=a.width)
         for spokes in [int(s) for s in a.spokes.split(",")]:
-            for detector in [None, *(a.detector or ["ADWIN", "HDDM_A", "DDM", "PageHinkley"])]:
+            for detector in [None, *(a.detector or ["ADWIN", "HDDM_A", "HDDM_W", "DDM", "PageHinkley"])]:
                 runs = [one_run(X, y, detector, spokes, seed, a.protocol, start)
                         for seed in seeds]
                 delays = [r["delay"] for r in runs if r["delay"] is not None]

@@ -41,6 +41,25 @@ def test_every_detector_finds_a_jump_of_the_error_rate(name):
     assert m.detected == len(found) and m.at_records == found[-8:]
 
 
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_a_detector_survives_flinks_state_and_goes_on_as_before(name):
+    """Spokes are pickled into Flink state (cloudpickle): a restored detector, fed the same
+    continuation, finds what the original finds, and its state stays small."""
+    import pickle
+
+    import cloudpickle
+
+    rng = np.random.default_rng(1)
+    wrong = [int(v) for v in np.concatenate([rng.random(4000) < 0.1, rng.random(2000) < 0.4])]
+    m = DriftMonitor(name, "classification")
+    m.update([0] * 3000, wrong[:3000], 0)
+    assert len(pickle.dumps(m)) < 20_000
+    restored = cloudpickle.loads(cloudpickle.dumps(m))
+    assert restored.update([0] * 3000, wrong[3000:], 3000) == m.update([0] * 3000, wrong[3000:],
+                                                                       3000)
+    assert restored.to_json()["detected"] == m.detected
+
+
 def test_a_prediction_of_none_is_not_fed_and_a_regressors_overflow_neither():
     m = DriftMonitor("ADWIN", "classification")
     assert m.update([1, 2, 3], [None, None, None], 0) == [] and m.detector.n_detections == 0
