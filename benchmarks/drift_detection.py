@@ -2,7 +2,7 @@
 :mod:`learning.drift`): how late, and how often wrongly, river's detectors fire on each
 spoke's share of a stream, against one detector on the whole stream.
 
-    .venv/bin/python benchmarks/drift_detection.py [--dataset agrawal|sea ...]
+    .venv/bin/python benchmarks/drift_detection.py [--dataset agrawal|sea|sine ...]
                                                    [--detector ADWIN ...]
                                                    [--spokes 1,4] [--seeds 0,1,2]
                                                    [--records 20000] [--position 10000]
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| dataset | detector | spokes | false alarms / 10k records | first detection, "
           "records after the drift | spokes detecting | prequential accuracy | records/s |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for ds in a.dataset or ["agrawal", "sea"]:
+    for ds in a.dataset or sorted(datasets.DRIFT):
         X, y = datasets.drift(ds, n=a.records, position=a.position, width=a.width)
         for spokes in [int(s) for s in a.spokes.split(",")]:
             for detector in [None, *(a.detector or ["ADWIN", "HDDM_A", "HDDM_W", "DDM", "PageHinkley"])]:

@@ -968,8 +968,8 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                              "'-' (stdin), river:NAME (river.datasets without download, e.g. "
                              "river:Phishing, river:Bananas, river:synth.Agrawal, "
                              "river:synth.SEA) or shuttle / digits / agrawal-drift / "
-                             "sea-drift (river's seeded generators with one concept drift, "
-                             "around 2/5 of 20,000 records or of --limit)")
+                             "sea-drift / sine-drift (river's seeded generators with one "
+                             "concept drift, around 2/5 of 20,000 records or of --limit)")
     stream.add_argument("--format", choices=("csv", "jsonl"), default=None,
                         help="input format (default: by the file suffix; csv for stdin)")
     _table_arguments(stream, ", else unlabelled records")
@@ -986,7 +986,7 @@ def _parser(serve_settings: dict | None = None) -> argparse.ArgumentParser:
                              "river generator)")
     stream.add_argument("--seed", type=int, default=None,
                         help="seed of a river generator or a drift stream (default: none, the "
-                             "generator's own; 42 for agrawal-drift / sea-drift)")
+                             "generator's own; 42 for a NAME-drift)")
     stream.add_argument("--first-id", type=int, default=0,
                         help="id of the first row when ids are row numbers (default 0)")
     stream.add_argument("--no-progress", action="store_true",

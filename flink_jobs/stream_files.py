@@ -31,7 +31,8 @@ __all__ = ["BadRow", "RecordReader", "StreamSummary", "write_stream", "bucket", 
            "BUNDLED", "DEFAULT_GENERATOR_LIMIT", "MAX_BUCKETS"]
 
 FORMATS = ("csv", "jsonl")
-BUNDLED = ("shuttle", "digits", "agrawal-drift", "sea-drift")
+#: the array data sets a source may name: ``NAME-drift`` is learning.datasets.drift(NAME)
+BUNDLED = ("shuttle", "digits", "agrawal-drift", "sea-drift", "sine-drift")
 #: records of a bundled drift stream without --limit (learning.datasets.drift: the concept
 #: changes around 2/5 of them, over 1/10)
 DRIFT_RECORDS = 20_000

@@ -222,8 +222,17 @@ def _sea_drift(seed: int, position: int, width: int):
                               position=position, width=width, seed=seed)
 
 
+def _sine_drift(seed: int, position: int, width: int):
+    from river.datasets.synth import ConceptDriftStream, Sine
+
+    return ConceptDriftStream(stream=Sine(classification_function=0, seed=seed),
+                              drift_stream=Sine(classification_function=1, seed=seed + 1),
+                              position=position, width=width, seed=seed)
+
+
 #: name → (river drift stream factory of (seed, position, width), n_features, n_classes)
-DRIFT = {"agrawal": (_agrawal_drift, 9, 2), "sea": (_sea_drift, 3, 2)}
+DRIFT = {"agrawal": (_agrawal_drift, 9, 2), "sea": (_sea_drift, 3, 2),
+         "sine": (_sine_drift, 2, 2)}
 
 
 def drift(name: str, n: int = 4000, seed: int = 42, position: int | None = None,
@@ -239,11 +248,14 @@ def drift(name: str, n: int = 4000, seed: int = 42, position: int | None = None,
     ``commission``, ``elevel``, ``hvalue``, ``hyears``, ``loan``, ``salary``,
     ``zipcode``). ``sea``: ``SEA(variant=2, noise=0.1)`` (label ``x0 + x1 > 7``) drifting
     to ``SEA(variant=3, noise=0.1)`` (``x0 + x1 > 9.5``), 3 features in [0, 10], 10% of
-    the labels flipped. The new concept's generator is seeded ``seed + 1``.
+    the labels flipped. ``sine``: ``Sine(classification_function=0)`` (SINE1 of Gama et
+    al.'s DDM paper: label 1 below the curve ``x1 = sin(x0)``) drifting to
+    ``Sine(classification_function=1)`` (the same curve, the labels reversed), 2 features
+    in [0, 1]. The new concept's generator is seeded ``seed + 1``.
 
     Parameters
     ----------
-    name : {"agrawal", "sea"}
+    name : {"agrawal", "sea", "sine"}
     n : int
         Records, >= 1.
     seed : int
@@ -254,7 +266,7 @@ def drift(name: str, n: int = 4000, seed: int = 42, position: int | None = None,
 
     Returns
     -------
-    X : (n, 9) or (n, 3) float64
+    X : (n, 9), (n, 3) or (n, 2) float64
     y : (n,) int64
         0 / 1.
 
@@ -270,6 +282,8 @@ def drift(name: str, n: int = 4000, seed: int = 42, position: int | None = None,
     perspective. IEEE TKDE 5(6), 914-925.
     Street, W. N., Kim, Y. (2001) A streaming ensemble algorithm (SEA) for large-scale
     classification. KDD, 377-382.
+    Gama, J., Medas, P., Castillo, G., Rodrigues, P. (2004) Learning with drift detection.
+    SBIA, LNCS 3171, 286-295 (SINE1).
     Bifet, A., Holmes, G., Kirkby, R., Pfahringer, B. (2010) MOA: Massive Online Analysis.
     JMLR 11, 1601-1604 (the concept drift stream).
     """

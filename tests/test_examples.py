@@ -117,7 +117,7 @@ def test_an_example_fails_with_a_clear_exit_code(serve, broker, tmp_path):
 
 def test_a_drift_detector_on_the_command_line(serve, broker):
     """A user's path to drift detection: ``omldm request create ... --config
-    driftDetector=ADWIN``, ``omldm stream agrawal-drift``; ``omldm serve`` prints each
+    driftDetector=ADWIN``, ``omldm stream sine-drift``; ``omldm serve`` prints each
     detection and the detections in its progress lines."""
     cli = [sys.executable, "-m", "flink_jobs"]
     run = subprocess.run([*cli, "request", "create", "--id", "5", "--learner", "PA", "--hyper",
@@ -126,7 +126,7 @@ def test_a_drift_detector_on_the_command_line(serve, broker):
                          env=_env(broker), capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout)["status"] == "ok"
-    run = subprocess.run([*cli, "stream", "agrawal-drift", "--records-per-message", "50",
+    run = subprocess.run([*cli, "stream", "sine-drift", "--records-per-message", "50",
                           "--no-progress"], cwd=ROOT, env=_env(broker), capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
