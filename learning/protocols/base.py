@@ -867,8 +867,9 @@ class PipelineSpoke(ModelWidth, Node):
         """Feed a first pass's prequential errors to the drift detector; each detection is
         logged and written to the responses topic (:meth:`DriftMonitor.event`)."""
         for at in self.drift.update(y, predictions, self.fitted):
-            log.warning("%s: concept drift detected by %s at the spoke's record %d (%d so far)",
-                        self.name, self.drift.name, at, self.drift.detected)
+            log.warning("pipeline %s, %s: concept drift detected by %s at the spoke's record %d "
+                        "(%d so far)", self.ctx.network, self.name, self.drift.name, at,
+                        self.drift.detected)
             self.ctx.emit("responses", self.drift.event(self.ctx.network, self.ctx.index, at))
 
     def _refuse_rows(self, batch: "_Batch", rows: tuple[int, ...], predictions: list,
