@@ -91,10 +91,12 @@ def test_a_stream_rate_on_the_flink_minicluster(broker, tmp_path):
     """``--rate``: the producer writes no faster than the rate; the row carries it and the
     table names it. With the spokes in one subtask (``--spoke-parallelism 1``)."""
     out = io.StringIO()
-    (row,) = run_experiment(tmp_path / "rate.json", kernel="flink", datasets=("shuttle",),
-                            limit=3000, protocols=("Asynchronous",), rates=(1000,),
-                            spoke_parallelism=1,
-                            bootstrap_servers=broker.bootstrap_servers, out=out)
+    rows = run_experiment(tmp_path / "rate.json", kernel="flink", datasets=("shuttle",),
+                          limit=3000, protocols=("Asynchronous",), rates=(1000,),
+                          spoke_parallelism=1,
+                          bootstrap_servers=broker.bootstrap_servers, out=out)
+    assert [r["variant"] for r in rows] == [None, "warm-up 20"]  # TAP, and with a warm-up
+    row = rows[0]
     assert row["rate"] == 1000 and row["spoke_parallelism"] == 1
     assert row["execution_mode"] == "thread"
     assert row["fitted"] + row["predicted"] == 3000
@@ -266,7 +268,8 @@ def test_scaling_goes_to_every_run_but_centralized_and_the_rows_say_it(tmp_path,
                           protocols=("Centralized", "Asynchronous", "Independent"),
                           scaling="batch", limit=800, out=io.StringIO())
     assert [(r["protocol"], r["scaling"]) for r in rows] == [
-        ("Centralized", None), ("Independent", "batch"), ("Asynchronous", "batch")]
+        ("Centralized", None), ("Independent", "batch"), ("Asynchronous", "batch"),
+        ("Asynchronous", "batch")]  # TAP, and with a warm-up
     _, runs = experiment._select("digits-pa", ("Asynchronous",), False, None, "batch")
     request = experiment.create_request("digits-pa", *runs[0])
     assert request["trainingConfiguration"]["scaling"] == "batch"

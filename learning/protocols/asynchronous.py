@@ -20,6 +20,16 @@ it what it fitted while the push was in flight (``replay``,
 a Query only reports. Works for any ``hubParallelism``; the label set may grow with one
 hub.
 
+Warm-up (``warmupRounds`` R, 0 by default: none). For a spoke's first R rounds (its clock
+below R) TAP runs as SSP with staleness 0: the hubs hold the answer to a push until no other
+active spoke's clock is behind it, and the spoke pauses for it, as SSP's spokes do; from
+round R on nothing is held. The asynchronous protocols lose most where the model still
+moves most (docs/quality.md, "pass by pass": TAP's first pass over digits is 0.061 behind
+one learner, its sixth 0.005): a bounded start takes that part, after the synchronous
+start of post-local SGD (Lin et al., *Don't use large mini-batches, use local SGD*, ICLR
+2020), whose workers run mini-batch SGD before they go local. Each pushed round is one
+push either way (the same bytes); what a warm-up costs is the waiting.
+
 Statistics: SSP's that do not concern the bound (the hub's ``clocks``, ``maxLead``,
 ``heldAnswers``, ``updateStaleness`` — p50/p95/max of the other spokes' pushes a push had
 not seen —, ``recordsPerPush`` — p50/p95 — and ``stalenessDamping``, 0 under ``average``;
@@ -38,7 +48,7 @@ from collections import deque
 
 import numpy as np
 
-from learning.protocols.parameters import ProtocolParams
+from learning.protocols.parameters import Param, ProtocolParams
 from learning.protocols.ssp import (REPLAY, STALENESS_DAMPING, StaleSynchronousHub,
                                    StaleSynchronousSpoke)
 
@@ -62,9 +72,14 @@ __all__ = ["AsynchronousSpoke", "AsynchronousHub", "global_digest", "PARAMETERS"
 #: 0.5 (RandomRBF 0.7832 against 0.7896). SSP keeps 0: its bound keeps pushes fresh, and
 #: damping lost there (RandomRBF, every 400 records: 0.7945 at 0.5 against 0.7987).
 STALENESS_DAMPING_TAP = dataclasses.replace(STALENESS_DAMPING, default=0.35)
+#: ``trainingConfiguration.warmupRounds`` (module docstring, "Warm-up")
+WARMUP_ROUNDS = Param("warmupRounds", int, 0, "R: a spoke's first R rounds run as SSP with "
+                      "staleness 0 (answers held until no active spoke is behind), then "
+                      "asynchronous; 0: asynchronous from the start", interval="[0, 1000000000]")
 #: TAP's declaration (:mod:`learning.protocols.parameters`)
 PARAMETERS = ProtocolParams(term="TAP", reference="papers/002 §2.2.2, papers/003 §II.C (stale "
-                            "contribution replaced)", params=(STALENESS_DAMPING_TAP, REPLAY))
+                            "contribution replaced)",
+                            params=(STALENESS_DAMPING_TAP, REPLAY, WARMUP_ROUNDS))
 
 
 def global_digest(w: np.ndarray) -> str:
@@ -74,28 +89,63 @@ def global_digest(w: np.ndarray) -> str:
 
 
 class AsynchronousHub(StaleSynchronousHub):
-    """The parameter server of TAP: apply each push at once (§II.C), answer the pusher."""
+    """The parameter server of TAP: apply each push at once (§II.C), answer the pusher (a
+    push of a warm-up round: once no active spoke is behind it)."""
 
-    bounded = False
     damping_param = STALENESS_DAMPING_TAP
+    warmup_rounds = 0  # a class default for snapshots taken before the warm-up
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        self.staleness = 0  # SSP's bound, in the warm-up
+        self.warmup_rounds = WARMUP_ROUNDS.of(request.training_configuration)
+
+    def update(self, request) -> None:
+        super().update(request)
+        self.staleness = 0
+        self.warmup_rounds = WARMUP_ROUNDS.of(self.request.training_configuration)
+        self._release()  # a shorter warm-up may free held answers
+
+    @property
+    def bounded(self) -> bool:
+        """Whether any answer may still be held: while some active spoke is in its warm-up."""
+        return self.min_clock() < self.warmup_rounds
+
+    def _within_bound(self, clock: int) -> bool:
+        """A push at ``clock`` (its spoke's clock after it) is answered now unless it is of a
+        warm-up round (``clock < warmupRounds``) and some active spoke is behind it."""
+        return clock >= self.warmup_rounds or clock <= self.min_clock()
 
 
 class AsynchronousSpoke(StaleSynchronousSpoke):
     """A TAP worker: push after every ``miniBatches`` mini-batches, never wait."""
 
     peer = AsynchronousHub
-    bounded = False
+    warmup_rounds = 0  # a class default for snapshots taken before the warm-up
 
     def __init__(self, request) -> None:
         super().__init__(request)
+        self.staleness = 0  # SSP's bound, in the warm-up
+        self.warmup_rounds = WARMUP_ROUNDS.of(request.training_configuration)
         self.globals_received = 0
         self._last_global: np.ndarray | None = None
         self._pushed_at = 0.0
         self.round_trips_ms: deque[float] = deque(maxlen=1000)  # push → global, milliseconds
 
-    def _push(self) -> None:
+    @property
+    def bounded(self) -> bool:
+        """SSP's bound (staleness 0) holds while this spoke's clock is below
+        ``warmupRounds``."""
+        return self.clock < self.warmup_rounds
+
+    def on_update(self) -> None:
+        super().on_update()
+        self.staleness = 0
+        self.warmup_rounds = WARMUP_ROUNDS.of(self.request.training_configuration)
+
+    def _push(self, idle: bool = False) -> None:
         self._pushed_at = time.monotonic()
-        super()._push()
+        super()._push(idle)
 
     def _on_global(self, answers: list) -> None:
         self._last_global = self.assemble([a[0] for a in answers], [a[1] for a in answers])
