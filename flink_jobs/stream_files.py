@@ -309,7 +309,8 @@ class RecordReader:
             raise ValueError(f"{source!r} has no categorical columns")
         if self.kind in ("river", "bundled") and (label is not None or id is not None):
             raise ValueError(f"--label and --id apply to CSV / JSON Lines input, not {source!r}")
-        if seed is not None and self.kind != "river" and not source.endswith("-drift"):
+        if seed is not None and self.kind != "river" and not (
+                self.kind == "bundled" and source.endswith("-drift")):
             raise ValueError(f"--seed applies to river generators, not {source!r}")
         if self.kind in FORMATS and source != "-" and not Path(source).is_file():
             raise ValueError(f"no such file: {source!r}")

@@ -32,11 +32,11 @@ from typing import Any, Collection, Mapping
 import jsonschema
 import orjson
 
+from learning.drift import check_drift_pairing
 from learning.errors import RequestError
 from learning.protocols.parameters import (TRAINING_DEFAULTS, TRAINING_PARAMETERS,
                                            ProtocolParams, configuration_schema, declared,
                                            generation, validate_training_configuration)
-from learning.drift import check_drift_pairing
 from learning.scaling import check_scaling
 
 __all__ = ["Request", "parse_request", "REQUEST_TYPES", "TRAINING_DEFAULTS", "SCHEMA_PATH",

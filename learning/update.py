@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from learning.drift import check_drift_pairing
 from learning.errors import HyperparameterError, RequestError
 from learning.hyperparameters import typed
 from learning.pipeline import Pipeline
 from learning.protocols.parameters import (TRAINING_PARAMETERS, declared,
                                            validate_training_configuration)
-from learning.drift import check_drift_pairing
 from learning.scaling import check_scaling
 
 if TYPE_CHECKING:  # a type only: learning.requests imports the protocols, which import this

@@ -130,11 +130,11 @@ def test_a_drift_detector_on_the_command_line(serve, broker):
                           "--no-progress"], cwd=ROOT, env=_env(broker), capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    line = serve.wait_for("pipeline 5: concept drift detected by ADWIN on spoke", timeout=240)
-    at = int(line.rsplit(" ", 1)[1].replace(",", ""))
+    done = serve.wait_for("pipeline 5: fitted 16,000", timeout=240)
+    assert done.endswith(tuple(f"drifts {n}" for n in range(1, 20))), done
+    found = [int(line.rsplit(" ", 1)[1].replace(",", "")) for line in list(serve.lines)
+             if line.startswith("pipeline 5: concept drift detected by ADWIN on spoke")]
     # 20,000 records, 80% trained on, over 2 spokes: the drift begins at about the spokes'
-    # 2,400th record (8,000 − 1,000 in the stream)
-    assert at > 2_400, line
-    serve.wait_for("pipeline 5: fitted 16,000", timeout=240)
-    assert serve.wait_for("pipeline 5: fitted 16,000", timeout=1).endswith(
-        tuple(f"drifts {n}" for n in range(1, 20)))
+    # 2,800th record (7,000 in the stream); on Flink a spoke may alarm once before it
+    # (tests/test_drift.py)
+    assert sum(at > 2_400 for at in found) >= 1 and sum(at <= 2_400 for at in found) <= 1, found
