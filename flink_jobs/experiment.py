@@ -408,13 +408,18 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
 TAP_WARMUP = 20
 
 
+#: the protocols with a warm-up (``warmupRounds``): TAP's, and EASGD's and Adaptive's, which
+#: are TAP's hub and spoke with the elastic exchange (:mod:`learning.protocols.easgd`)
+WARMED = ("Asynchronous", "EASGD", "Adaptive")
+
+
 def _with_warmup(runs: list[tuple[str, str | None, dict]]) -> list[tuple[str, str | None, dict]]:
-    """``runs`` with a second TAP run after TAP's: the same settings and
+    """``runs`` with a second run after each of :data:`WARMED`'s: the same settings and
     ``warmupRounds`` :data:`TAP_WARMUP`, named ``warm-up 20``."""
     out = []
     for protocol, variant, extra in runs:
         out.append((protocol, variant, extra))
-        if protocol == "Asynchronous" and variant is None:
+        if protocol in WARMED and variant is None:
             out.append((protocol, f"warm-up {TAP_WARMUP}", {**extra, "warmupRounds": TAP_WARMUP}))
     return out
 
@@ -460,7 +465,7 @@ def load(dataset: str) -> tuple[np.ndarray, np.ndarray]:
 
 #: protocols whose runs' variant only names the run in the table (their settings are in
 #: its extra keys), where FDA's and EVENFLOW's is their ``variant``
-LABELLED = (TENSAIR, "Asynchronous")
+LABELLED = (TENSAIR, *WARMED)
 
 
 def create_request(dataset: str, protocol: str, variant: str | None, extra: dict,

@@ -26,17 +26,32 @@ was last moved onto, whatever α: the exchange is then TAP's push
 ``stalenessDamping`` = p scales it by ``τ^−p``, τ the other spokes' exchanges applied since
 (:class:`learning.protocols.ssp.StaleDeltaHub`; Zhang et al.'s η/τ at p = 1). A Query
 reports ``stalenessDamping`` and ``updateStaleness`` (p50, p95, max of τ).
+
+Warm-up (``warmupRounds`` R, 0 by default: none), as TAP's
+(:mod:`learning.protocols.asynchronous`, "Warm-up"): a spoke's first R rounds of
+``miniBatches`` mini-batches are SSP's pushes at staleness 0 (the hubs hold the answer to
+a push until no other active spoke is behind it, and the spoke pauses for it; the global
+model is the pushes' weighted average under ``average``, their damped deltas under
+``sum``), and its exchanges begin at round R. The asynchronous protocols lose most while
+the model still moves most (docs/quality.md, "pass by pass"); the hub and the spoke are
+TAP's, with the exchange added, so the warm-up is TAP's own code. A Query reports TAP's
+``clocks``, ``maxLead``, ``heldAnswers`` and ``recordsPerPush`` of the warm-up's pushes,
+and, on each spoke, the round trips of pushes and exchanges alike (``roundTripMsP50``,
+``roundTripMsP95``, ``globalsReceived``: answers received).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections import deque
 
 import numpy as np
 
+from learning.protocols.asynchronous import WARMUP_ROUNDS, AsynchronousHub, AsynchronousSpoke
 from learning.protocols.parameters import Param, ProtocolParams, Rule
-from learning.protocols.sharding import ADDS_DELTAS, ShardedHub, ShardedSpoke
-from learning.protocols.ssp import REPLAY, STALENESS_DAMPING, StaleDeltaHub
+from learning.protocols.sharding import ADDS_DELTAS
+from learning.protocols.ssp import REPLAY, STALENESS_DAMPING
 from middleware import remote
 
 __all__ = ["ElasticAveragingSpoke", "ElasticAveragingHub", "ALPHA", "RHO", "PARAMETERS",
@@ -61,7 +76,7 @@ STALENESS_DAMPING_EASGD = dataclasses.replace(STALENESS_DAMPING, default=0.35)
 #: EASGD's declaration (:mod:`learning.protocols.parameters`)
 PARAMETERS = ProtocolParams(
     reference="papers/002 §2.2.4, papers/004 §2.3",
-    params=(ALPHA, RHO, STALENESS_DAMPING_EASGD, REPLAY),
+    params=(ALPHA, RHO, STALENESS_DAMPING_EASGD, REPLAY, WARMUP_ROUNDS),
     rules=(Rule(("alpha", "rho"), "alpha * rho <= 1", lambda a, r: a * r <= 1,
                 "the elastic step would overshoot"),))
 
@@ -79,20 +94,27 @@ def elastic_rate(cfg: dict) -> float:
     return values["alpha"] * values["rho"]
 
 
-class ElasticAveragingHub(StaleDeltaHub, ShardedHub):
-    """The centre variable's shard: ``exchange`` applies and returns the elastic step."""
+class ElasticAveragingHub(AsynchronousHub):
+    """The centre variable's shard: ``exchange`` applies and returns the elastic step;
+    TAP's ``push`` serves the warm-up (module docstring, "Warm-up")."""
 
     damping_param = STALENESS_DAMPING_EASGD
 
     def __init__(self, request) -> None:
         super().__init__(request)
         self.rate = elastic_rate(request.training_configuration)
-        self.read_damping()
+
+    def __setstate__(self, state: dict) -> None:
+        """A hub pickled before EASGD had a warm-up (it was no SSP hub) gets the state of
+        one whose spokes never pushed."""
+        super().__setstate__(state)
+        if "clocks" not in state:
+            self.staleness, self.clocks, self.max_lead, self.held = 0, {}, 0, 0
+            self._latest, self._waiting = {}, []
 
     def update(self, request) -> None:
         super().update(request)
         self.rate = elastic_rate(self.request.training_configuration)
-        self.read_damping()
 
     @remote
     def exchange(self, shard: np.ndarray, layout: dict, spoke: int = -1,
@@ -133,41 +155,40 @@ class ElasticAveragingHub(StaleDeltaHub, ShardedHub):
         # (k-means' clusters, matched to the centre's) it ends in the centre's order
         return self.answer(step if w_i is w_sent else step + (w_sent - w_i))
 
-    def global_statistics(self) -> dict:
-        out = super().global_statistics()
-        out.update(self.staleness_statistics())
-        return out
 
-
-class ElasticAveragingSpoke(ShardedSpoke):
-    """An asynchronous EASGD worker: exchange every ``miniBatches`` mini-batches."""
+class ElasticAveragingSpoke(AsynchronousSpoke):
+    """An asynchronous EASGD worker: exchange every ``miniBatches`` mini-batches, after the
+    warm-up's pushes (module docstring)."""
 
     peer = ElasticAveragingHub
-    # the model sent with the exchange in flight; a class default for snapshots taken
-    # before it was kept
-    _pushed: tuple[np.ndarray, dict] | None = None
 
     def __init__(self, request) -> None:
         super().__init__(request)
         elastic_rate(request.training_configuration)  # refuse bad values at Create
-        self.replay = REPLAY.of(request.training_configuration)
-        self.in_flight = False
-        self._since = 0
-        self._pushed: tuple[np.ndarray, dict] | None = None
 
-    def on_update(self) -> None:
-        super().on_update()
-        self.replay = REPLAY.of(self.request.training_configuration)
-
-    def on_relayout(self) -> None:
-        """A new layout: the model of the exchange in flight is gone (its answer is
-        dropped)."""
-        super().on_relayout()
-        self._pushed = None
+    def __setstate__(self, state: dict) -> None:
+        """A spoke pickled before EASGD had a warm-up (it was no SSP spoke) gets the
+        state of one that never pushed."""
+        super().__setstate__(state)
+        if "clock" not in state:
+            self.staleness, self.clock, self.slowest, self.waited = 0, 0, 0, 0
+            self.globals_received, self._last_global, self._pushed_at = 0, None, 0.0
+            self.round_trips_ms = deque(maxlen=1000)
 
     def after_batch(self, n_records: int) -> None:
+        if self.bounded:  # the warm-up: SSP's push at staleness 0
+            super().after_batch(n_records)
+            return
         self._since += 1
         if not self.in_flight and self.due():
+            self.exchange()
+
+    def _push(self, idle: bool = False) -> None:
+        """A push of the warm-up (or an idle one, at a lull in it); past the warm-up, an
+        exchange if one is due (SSP's answer asks for the next push)."""
+        if self.bounded or idle:
+            super()._push(idle)
+        elif self.due():
             self.exchange()
 
     def due(self) -> bool:
@@ -181,6 +202,7 @@ class ElasticAveragingSpoke(ShardedSpoke):
         self.pushes += 1
         self.in_flight = True
         self._pushed = (w, layout)
+        self._pushed_at = time.monotonic()
         self.take_off()
         self.on_exchange()
         self.scatter("exchange", w, layout, self.ctx.index, sync=False, on_all=self._on_step,
@@ -192,6 +214,8 @@ class ElasticAveragingSpoke(ShardedSpoke):
     def _on_step(self, answers: list) -> None:
         learner = self.pipeline.learner
         step = self.assemble([a[0] for a in answers], [a[1] for a in answers])
+        self.globals_received += 1
+        self.round_trips_ms.append((time.monotonic() - self._pushed_at) * 1000.0)
         self.install_preprocessors(answers[0][-1])  # first: a replay scales with them
         # replay: from where the step moves the model sent (the hub's view of this spoke)
         self.land(lambda: self.in_current(self._pushed) - step,
@@ -200,10 +224,6 @@ class ElasticAveragingSpoke(ShardedSpoke):
         self.in_flight = False
         if self.due():
             self.exchange()
-
-    def on_sync_failed(self, method: str, errors: list) -> None:
-        self.ground()
-        self.in_flight = False
 
 
 ElasticAveragingHub.peer = ElasticAveragingSpoke
