@@ -394,17 +394,18 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
 }
 
 
-#: TAP's warm-up in the experiment's second TAP run of every dataset
-#: (``trainingConfiguration.warmupRounds``, :mod:`learning.protocols.asynchronous`): its
-#: spokes' first 20 rounds as SSP at staleness 0. Chosen on digits-PA, where TAP is
-#: furthest from the centralized learner (2026-12-07, Flink, 4 spokes, three runs each, one
+#: The warm-up of the experiment's second run of TAP, EASGD and Adaptive (:data:`WARMED`) on
+#: every dataset (``trainingConfiguration.warmupRounds``, :mod:`learning.protocols.asynchronous`):
+#: their spokes' first 20 rounds as SSP at staleness 0. Chosen for TAP on digits-PA, where TAP
+#: is furthest from the centralized learner (2026-12-07, Flink, 4 spokes, three runs each, one
 #: session, Δ vs centralized 0.9658: none −0.0238, 20 −0.0139, 40 −0.0130 at 1.19 and 1.49
 #: times the bytes of none; in process, messages every 150 records, seeds 0–2: −0.0214,
 #: −0.0143, −0.0124), and run on every stream (the same session, none → 20: RandomRBF
 #: −0.0075 → −0.0052, LED −0.0029 → −0.0007, Hyperplane −0.0059 → −0.0050, Waveform
 #: +0.0006 → +0.0009, Shuttle +0.0002 → +0.0001, Phishing −0.0160 → −0.0137, digits with the
 #: MLP −0.0050 → −0.0013). 40 gained 0.0009 more on digits-PA at 1.49 times plain TAP's
-#: bytes against 1.19.
+#: bytes against 1.19. Not tuned again for EASGD and Adaptive (digits-PA on Flink, three runs
+#: each, 2026-12-07, none → 20: EASGD −0.0258 → −0.0151, Adaptive −0.0239 → −0.0122).
 TAP_WARMUP = 20
 
 

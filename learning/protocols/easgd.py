@@ -161,6 +161,9 @@ class ElasticAveragingSpoke(AsynchronousSpoke):
     warm-up's pushes (module docstring)."""
 
     peer = ElasticAveragingHub
+    # the model sent with the exchange in flight; a class default for snapshots taken
+    # before it was kept
+    _pushed: tuple[np.ndarray, dict] | None = None
 
     def __init__(self, request) -> None:
         super().__init__(request)
