@@ -394,34 +394,22 @@ SETTINGS: dict[str, list[tuple[str, str | None, dict]]] = {
 }
 
 
-#: The warm-up of the experiment's second run of TAP, EASGD and Adaptive (:data:`WARMED`) on
-#: every dataset (``trainingConfiguration.warmupRounds``, :mod:`learning.protocols.asynchronous`):
-#: their spokes' first 20 rounds as SSP at staleness 0. Chosen for TAP on digits-PA, where TAP
-#: is furthest from the centralized learner (2026-12-07, Flink, 4 spokes, three runs each, one
-#: session, Δ vs centralized 0.9658: none −0.0238, 20 −0.0139, 40 −0.0130 at 1.19 and 1.49
-#: times the bytes of none; in process, messages every 150 records, seeds 0–2: −0.0214,
-#: −0.0143, −0.0124), and run on every stream (the same session, none → 20: RandomRBF
-#: −0.0075 → −0.0052, LED −0.0029 → −0.0007, Hyperplane −0.0059 → −0.0050, Waveform
-#: +0.0006 → +0.0009, Shuttle +0.0002 → +0.0001, Phishing −0.0160 → −0.0137, digits with the
-#: MLP −0.0050 → −0.0013). 40 gained 0.0009 more on digits-PA at 1.49 times plain TAP's
-#: bytes against 1.19. Not tuned again for EASGD and Adaptive (digits-PA on Flink, three runs
-#: each, 2026-12-07, none → 20: EASGD −0.0258 → −0.0151, Adaptive −0.0239 → −0.0122).
-TAP_WARMUP = 20
-
-
-#: the protocols with a warm-up (``warmupRounds``): TAP's, and EASGD's and Adaptive's, which
-#: are TAP's hub and spoke with the elastic exchange (:mod:`learning.protocols.easgd`)
+#: the protocols with a warm-up (``trainingConfiguration.warmupRounds``, 20 by default,
+#: :data:`learning.protocols.asynchronous.WARMUP_ROUNDS`): TAP's, and EASGD's and
+#: Adaptive's, which are TAP's hub and spoke with the elastic exchange
+#: (:mod:`learning.protocols.easgd`); each runs a second time without it (the papers'
+#: protocol), named ``no warm-up``
 WARMED = ("Asynchronous", "EASGD", "Adaptive")
 
 
 def _with_warmup(runs: list[tuple[str, str | None, dict]]) -> list[tuple[str, str | None, dict]]:
     """``runs`` with a second run after each of :data:`WARMED`'s: the same settings and
-    ``warmupRounds`` :data:`TAP_WARMUP`, named ``warm-up 20``."""
+    ``warmupRounds`` 0, named ``no warm-up``."""
     out = []
     for protocol, variant, extra in runs:
         out.append((protocol, variant, extra))
         if protocol in WARMED and variant is None:
-            out.append((protocol, f"warm-up {TAP_WARMUP}", {**extra, "warmupRounds": TAP_WARMUP}))
+            out.append((protocol, "no warm-up", {**extra, "warmupRounds": 0}))
     return out
 
 

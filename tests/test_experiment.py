@@ -95,7 +95,7 @@ def test_a_stream_rate_on_the_flink_minicluster(broker, tmp_path):
                           limit=3000, protocols=("Asynchronous",), rates=(1000,),
                           spoke_parallelism=1,
                           bootstrap_servers=broker.bootstrap_servers, out=out)
-    assert [r["variant"] for r in rows] == [None, "warm-up 20"]  # TAP, and with a warm-up
+    assert [r["variant"] for r in rows] == [None, "no warm-up"]  # TAP, and without its warm-up
     row = rows[0]
     assert row["rate"] == 1000 and row["spoke_parallelism"] == 1
     assert row["execution_mode"] == "thread"
@@ -269,7 +269,7 @@ def test_scaling_goes_to_every_run_but_centralized_and_the_rows_say_it(tmp_path,
                           scaling="batch", limit=800, out=io.StringIO())
     assert [(r["protocol"], r["scaling"]) for r in rows] == [
         ("Centralized", None), ("Independent", "batch"), ("Asynchronous", "batch"),
-        ("Asynchronous", "batch")]  # TAP, and with a warm-up
+        ("Asynchronous", "batch")]  # TAP, and without its warm-up
     _, runs = experiment._select("digits-pa", ("Asynchronous",), False, None, "batch")
     request = experiment.create_request("digits-pa", *runs[0])
     assert request["trainingConfiguration"]["scaling"] == "batch"

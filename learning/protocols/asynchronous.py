@@ -20,17 +20,19 @@ it what it fitted while the push was in flight (``replay``,
 a Query only reports. Works for any ``hubParallelism``; the label set may grow with one
 hub.
 
-Warm-up (``warmupRounds`` R, 0 by default: none). For a spoke's first R rounds (its clock
-below R) TAP runs as SSP with staleness 0: the hubs hold the answer to a push until no other
-active spoke's clock is behind it, and the spoke pauses for it, as SSP's spokes do; from
-round R on nothing is held. The asynchronous protocols lose most where the model still
-moves most (docs/quality.md, "pass by pass": TAP's first pass over digits is 0.061 behind
-one learner, its sixth 0.005): a bounded start takes that part, after the synchronous
-start of post-local SGD (Lin et al., *Don't use large mini-batches, use local SGD*, ICLR
-2020), whose workers run mini-batch SGD before they go local. What a warm-up costs is the
-waiting, and some bytes: its pushes carry one round each, where TAP's carry what passed
-during a round trip (on Flink, 4 spokes, warm-up 20: RandomRBF +8%, digits-PA +16%;
-docs/quality.md, "TAP's warm-up").
+Warm-up (``warmupRounds`` R, 20 by default; 0: none, the papers' TAP). For a spoke's first
+R rounds (its clock below R) TAP runs as SSP with staleness 0: the hubs hold the answer to a
+push until no other active spoke's clock is behind it, and the spoke pauses for it, as
+SSP's spokes do; from round R on nothing is held. The asynchronous protocols lose most
+where the model still moves most (docs/quality.md, "pass by pass": TAP's first pass over
+digits is 0.061 behind one learner, its sixth 0.005): a bounded start takes that part,
+after the synchronous start of post-local SGD (Lin et al., *Don't use large mini-batches,
+use local SGD*, ICLR 2020), whose workers run mini-batch SGD before they go local, and
+the warm-started replicas of Downpour SGD (Dean et al., *Large Scale Distributed Deep
+Networks*, NIPS 2012). What a warm-up costs is the waiting, and some bytes: its pushes
+carry one round each, where TAP's carry what passed during a round trip (on Flink, 4
+spokes, warm-up 20: RandomRBF +8%, digits-PA +16%; docs/quality.md, "TAP's warm-up").
+The default, 20, is measured (:data:`WARMUP_ROUNDS`).
 
 Statistics: SSP's that do not concern the bound (the hub's ``clocks``, ``maxLead``,
 ``heldAnswers``, ``updateStaleness`` — p50/p95/max of the other spokes' pushes a push had
@@ -74,10 +76,26 @@ __all__ = ["AsynchronousSpoke", "AsynchronousHub", "global_digest", "PARAMETERS"
 #: 0.5 (RandomRBF 0.7832 against 0.7896). SSP keeps 0: its bound keeps pushes fresh, and
 #: damping lost there (RandomRBF, every 400 records: 0.7945 at 0.5 against 0.7987).
 STALENESS_DAMPING_TAP = dataclasses.replace(STALENESS_DAMPING, default=0.35)
-#: ``trainingConfiguration.warmupRounds`` (module docstring, "Warm-up")
-WARMUP_ROUNDS = Param("warmupRounds", int, 0, "R: a spoke's first R rounds run as SSP with "
+#: ``trainingConfiguration.warmupRounds`` (module docstring, "Warm-up"), 20 by default for
+#: TAP, EASGD and Adaptive (whose hub and spoke are TAP's). Chosen for TAP on digits-PA,
+#: where TAP is furthest from the centralized learner (2026-12-07, Flink, 4 spokes, three
+#: runs each, Δ vs centralized 0.9658: none −0.0238, 20 −0.0139, 40 −0.0130 at 1.19 and
+#: 1.49 times the bytes of none; in process, messages every 150 records, seeds 0–2:
+#: −0.0214, −0.0143, −0.0124), then run on every stream and for EASGD and Adaptive in one
+#: invocation of the whole experiment (2026-12-07, Flink, 4 spokes, three runs each, none →
+#: 20, Δ vs centralized): digits-PA TAP −0.0269 → −0.0139, EASGD −0.0275 → −0.0127,
+#: Adaptive −0.0233 → −0.0130; RandomRBF TAP −0.0076 → −0.0054, EASGD −0.0080 → −0.0055,
+#: Adaptive −0.0092 → −0.0062; LED −0.0029 → −0.0004, −0.0019 → −0.0006, −0.0025 →
+#: −0.0008; digits with the MLP −0.0048 → +0.0032, −0.0077 → −0.0008, −0.0146 → −0.0078;
+#: Hyperplane, Waveform and Shuttle within their spread; no stream lost more than its
+#: spread. It costs TAP and EASGD up to 9% more bytes, Adaptive more where its loss rule
+#: exchanges rarely (Shuttle 1/10.7 → 1/3.1 of BSP's bytes, digits-PA 1/8.9 → 1/4.9), and
+#: a stream shorter than R rounds of every spoke (Phishing, 1,250 records) runs at BSP's
+#: bytes and pace. 0 runs the papers' protocols.
+WARMUP_ROUNDS = Param("warmupRounds", int, 20, "R: a spoke's first R rounds run as SSP with "
                       "staleness 0 (answers held until no active spoke is behind), then "
-                      "asynchronous; 0: asynchronous from the start", interval="[0, 1000000000]")
+                      "asynchronous; 0: asynchronous from the start (the papers' protocol)",
+                      interval="[0, 1000000000]")
 #: TAP's declaration (:mod:`learning.protocols.parameters`)
 PARAMETERS = ProtocolParams(term="TAP", reference="papers/002 §2.2.2, papers/003 §II.C (stale "
                             "contribution replaced)",

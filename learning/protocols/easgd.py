@@ -27,7 +27,7 @@ was last moved onto, whatever α: the exchange is then TAP's push
 (:class:`learning.protocols.ssp.StaleDeltaHub`; Zhang et al.'s η/τ at p = 1). A Query
 reports ``stalenessDamping`` and ``updateStaleness`` (p50, p95, max of τ).
 
-Warm-up (``warmupRounds`` R, 0 by default: none), as TAP's
+Warm-up (``warmupRounds`` R, 20 by default; 0: none, the papers' EASGD), as TAP's
 (:mod:`learning.protocols.asynchronous`, "Warm-up"): a spoke's first R rounds of
 ``miniBatches`` mini-batches are SSP's pushes at staleness 0 (the hubs hold the answer to
 a push until no other active spoke is behind it, and the spoke pauses for it; the global
