@@ -18,8 +18,11 @@ def create(pid: int = 0, protocol: str = "Asynchronous", **params) -> dict:
     learner = {"name": "PA", "hyperParameters": {"C": 0.01}}
     if params:
         learner["parameters"] = params
+    config = {"protocol": protocol, "miniBatchSize": 4, "miniBatches": 1}
+    if protocol == "Asynchronous":  # the papers' TAP: a spoke alone in the stream never
+        config["warmupRounds"] = 0  # waits for the others (a warm-up's would, in process)
     return {"id": pid, "request": "Create", "requestId": f"c{pid}", "learner": learner,
-            "trainingConfiguration": {"protocol": protocol, "miniBatchSize": 4, "miniBatches": 1}}
+            "trainingConfiguration": config}
 
 
 def good(i: int) -> dict:
@@ -418,7 +421,8 @@ def test_a_regression_target_beyond_the_bound_is_refused_and_the_stream_goes_on(
     net = LocalNetwork(n_spokes=2, n_hubs=1)
     net.request({"id": 0, "request": "Create", "learner": {"name": "PARegressor"},
                  "preProcessors": [{"name": "StandardScaler"}],
-                 "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 1}})
+                 "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 1,
+                                           "warmupRounds": 0}})  # spoke 1 runs ahead
     rng = np.random.default_rng(0)
     good = [{"id": i, "features": rng.normal(size=3).tolist(), "label": float(rng.normal())}
             for i in range(80)]

@@ -493,7 +493,8 @@ def test_a_regressor_whose_errors_are_not_finite_is_answered_null():
     net.request({"id": 0, "request": "Create",
                  "learner": {"name": "PARegressor", "hyperParameters": {"mode": 0},
                              "parameters": {"n_features": 2, "w": [1e200, 1e200], "b": 0.0}},
-                 "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 4}})
+                 "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 4,
+                                           "warmupRounds": 0}})
     net.stream([(True, {"id": i, "features": [1.0, 1.0], "label": float(i % 3)})
                 for i in range(64)])
     q = net.query()

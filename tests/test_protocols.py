@@ -484,7 +484,7 @@ def test_asynchronous_is_tap_with_the_compensation_of_papers_003(m):
     above for one hub and three, and no spoke ever waits."""
     k, b, M = 3, 4, 2
     X, y = regression(k * b * M * 15, seed=6)
-    net = network(create("Asynchronous", hubs=m, batch=b, batches=M), k, m)
+    net = network(create("Asynchronous", hubs=m, batch=b, batches=M, warmupRounds=0), k, m)
     stream(net, X, y, every=1)
     assert all(s.wait_ms == 0.0 for s in net.spokes) and not any(net.paused(i) for i in range(k))
     local = tap_reference(X, y, k, b, M)
@@ -614,7 +614,8 @@ def elastic_reference(X, y, k: int, b: int, M: int, rate: float, lr: float = 0.0
 def test_easgd_applies_the_elastic_force_to_both_sides(m):
     k, b, M = 3, 4, 2
     X, y = regression(k * b * M * 12, seed=8)
-    net = network(create("EASGD", hubs=m, batch=b, batches=M, alpha=0.3, rho=0.5), k, m)
+    net = network(create("EASGD", hubs=m, batch=b, batches=M, alpha=0.3, rho=0.5,
+                         warmupRounds=0), k, m)
     stream(net, X, y, every=1)
     local, centre = elastic_reference(X, y, k, b, M, 0.15)
     assert np.max(np.abs(global_model(net) - centre)) < 1e-12
@@ -631,7 +632,7 @@ def test_easgd_rejects_an_overshooting_step():
 
 def test_adaptive_exchanges_when_the_accumulated_loss_reaches_the_threshold():
     X, y = regression(3000, seed=9)
-    net = network(create("Adaptive", batch=10, lossThreshold=20.0), 2, 1)
+    net = network(create("Adaptive", batch=10, lossThreshold=20.0, warmupRounds=0), 2, 1)
     marks: list[tuple[float, int]] = []
     for s in net.spokes:
         original = s.on_exchange
@@ -1046,7 +1047,7 @@ def test_adaptive_says_when_its_loss_threshold_is_reached_within_a_mini_batch():
     net.request({"id": 1, "request": "Create", "requestId": "c",
                  "preProcessors": [{"name": "StandardScaler"}], "learner": {"name": "PARegressor"},
                  "trainingConfiguration": {"protocol": "Adaptive", "lossThreshold": 10.0,
-                                           "miniBatchSize": 16}})
+                                           "miniBatchSize": 16, "warmupRounds": 0}})
 
     def records(lo: int, hi: int) -> dict:
         for start in range(lo, hi, 50):

@@ -23,7 +23,9 @@ from tests.test_protocols import (_least_squares_registered, create,  # noqa: F4
 B, LR = 4, 0.05
 #: protocol → the extra configuration that makes it push after every mini-batch and never
 #: hold an answer
-PUSHERS = {"Asynchronous": {}, "SSP": {"staleness": 10_000}, "EASGD": {}}
+# the papers' TAP and EASGD (no warm-up), and SSP unbounded: no push is held
+PUSHERS = {"Asynchronous": {"warmupRounds": 0}, "SSP": {"staleness": 10_000},
+           "EASGD": {"warmupRounds": 0}}
 
 
 def feed(net, spoke: int, X, y) -> None:

@@ -140,7 +140,9 @@ def test_a_protocol_that_raises_after_a_mini_batch_stops_neither_the_job_nor_the
 
     monkeypatch.setattr(AsynchronousSpoke, "after_batch", flaky)
     w = Wire()
-    w.request(create(0, "Asynchronous"))
+    faulty = create(0, "Asynchronous")
+    faulty["trainingConfiguration"]["warmupRounds"] = 0  # the papers' TAP: nothing held
+    w.request(faulty)
     w.request(create(1, "Independent"))
     for i in range(60):
         w.data(i % 2, "T", record(i))
