@@ -107,7 +107,9 @@ def test_a_batch_carries_each_record_its_topic_and_its_order():
     k = SpokeKernel(0, 1, 1, hub_keys=[0])
     k.on_message(orjson.dumps({"id": 0, "request": "Create",
                                "learner": {"name": "PA", "parameters": {"n_features": 2}},
-                               "trainingConfiguration": {"miniBatchSize": 1}}))
+                               # TAP, no warm-up: no hub answers here
+                               "trainingConfiguration": {"miniBatchSize": 1,
+                                                         "warmupRounds": 0}}))
     k.out.clear()
     recs = [(i % 3 != 2, orjson.dumps({"id": i, "features": [float(i), 1.0], "label": i % 2}))
             for i in range(9)]
@@ -264,7 +266,9 @@ def test_a_push_leaves_in_the_middle_of_its_batch_and_the_rest_keeps_its_order()
         k.on_message(orjson.dumps({
             "id": 0, "request": "Create",
             "learner": {"name": "PA", "parameters": {"n_features": 2, "classes": [0, 1]}},
-            "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 4}}))
+            # TAP, no warm-up: no hub answers here, and no push waits for one
+            "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 4,
+                                      "warmupRounds": 0}}))
         k.out.clear()
         return k
 

@@ -266,7 +266,8 @@ def test_the_pipeline_goes_on_and_the_query_answers_after_such_a_record():
     net = LocalNetwork(n_spokes=2, n_hubs=1)
     net.request({"id": 0, "request": "Create", "preProcessors": [{"name": "StandardScaler"}],
                  "learner": {"name": "MLPRegressor", "hyperParameters": {"seed": 0}},
-                 "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 4}})
+                 "trainingConfiguration": {"protocol": "Asynchronous", "miniBatchSize": 4,
+                                           "warmupRounds": 0}})  # a spoke may run ahead
     rng = np.random.default_rng(0)
     recs = [(True, {"id": i, "features": rng.normal(size=3).tolist(),
                     "label": float(rng.normal())}) for i in range(200)]

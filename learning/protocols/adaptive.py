@@ -9,9 +9,10 @@ the period between exchanges grows: "the communication period will increase as t
 training loss drops". A learner without a loss (NaN) falls back to one exchange every
 ``miniBatches`` mini-batches.
 
-A warm-up (``warmupRounds``) is EASGD's (:mod:`learning.protocols.easgd`, "Warm-up"): a
-push every round, whatever the loss; the summed loss counts from the last exchange, the
-warm-up's records included, so the first exchange after it usually comes at once.
+A warm-up (``warmupRounds``, 20 rounds by default) is EASGD's (:mod:`learning.protocols.easgd`,
+"Warm-up"): a push every round, whatever the loss; the summed loss counts from the last
+exchange, the warm-up's records included, so the first exchange after it usually comes at
+once.
 """
 
 from __future__ import annotations
